@@ -1,0 +1,101 @@
+"""Decompositions: the law of the privacy amplification random variable G as data.
+
+Every bound in the papers has the form (general-clone-fft.txt, Theorems 4 and 5)
+
+    delta(eps) = (1/n) E[(G_1 + ... + G_n)_+],   G_i i.i.d.,
+
+and G is always built from a decomposition of the local randomizer into components j with
+weights c_j and likelihood ratios u_j = R(x0)(j)/c_j, v_j = R(x1)(j)/c_j:
+
+    G = u_j - e^eps * v_j   with probability c_j,      G = 0 with probability 1 - sum_j c_j.
+
+* blanket / general clone upper bound: c_j = min_x R(x)(j) (Theorem 4, privacy blanket);
+* lower bound of Theorem 5: c_j = R(x2)(j), summing to one.
+
+Because G is affine in alpha = e^eps for each component, a mechanism is a fixed triple of
+arrays (u, v, c) per eps0; the engine evaluates ``values(eps)`` for any eps.  Joint
+composition (section 6) is the Cartesian product of decompositions and parallel composition
+(section 7) the weighted mixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Components (u_j, v_j, c_j) of G = u - e^eps v w.p. c; the rest of the mass is G = 0."""
+
+    u: np.ndarray
+    v: np.ndarray
+    c: np.ndarray
+
+    def __post_init__(self) -> None:
+        u, v, c = (np.atleast_1d(np.asarray(a, dtype=float)) for a in (self.u, self.v, self.c))
+        if not (u.shape == v.shape == c.shape) or u.ndim != 1:
+            raise ValueError("decomposition arrays u, v, c must be 1-d and of equal length")
+        if np.any(c < 0) or c.sum() > 1 + 1e-12:
+            raise ValueError(f"component weights c must be >= 0 and sum to <= 1, sum={c.sum()!r}")
+        keep = c > 0
+        object.__setattr__(self, "u", u[keep])
+        object.__setattr__(self, "v", v[keep])
+        object.__setattr__(self, "c", c[keep])
+
+    @property
+    def rest(self) -> float:
+        """Mass of the atom G = 0 (users who fall in no listed component)."""
+        return max(0.0, 1.0 - float(self.c.sum()))
+
+    def law(self, eps: float) -> tuple[np.ndarray, np.ndarray]:
+        """Atoms (values, probabilities) of G at eps, equal values merged, zero-mass dropped."""
+        alpha = np.exp(eps)
+        values = np.append(self.u - alpha * self.v, 0.0)
+        probs = np.append(self.c, self.rest)
+        uniq, inverse = np.unique(values, return_inverse=True)
+        merged = np.bincount(inverse, weights=probs, minlength=uniq.size)
+        keep = merged > 0
+        return uniq[keep], merged[keep]
+
+    def merged(self) -> "Decomposition":
+        """The same law with components of identical (u, v) merged (smaller, same G)."""
+        keys = np.stack([self.u, self.v], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        c = np.bincount(inverse.ravel(), weights=self.c, minlength=len(uniq))
+        return Decomposition(uniq[:, 0], uniq[:, 1], c)
+
+
+def from_pairs(rows: list[tuple[float, float, float]]) -> Decomposition:
+    """Build a decomposition from (u, v, c) rows."""
+    arr = np.asarray(rows, dtype=float).reshape(-1, 3)
+    return Decomposition(arr[:, 0], arr[:, 1], arr[:, 2]).merged()
+
+
+def joint(parts: list[Decomposition]) -> Decomposition:
+    """Joint composition (general-clone-fft.txt section 6): product of decompositions.
+
+    The blanket of a product randomizer is the product of the blankets,
+    min_(x1,x2) R1(x1)(y1) R2(x2)(y2) = c1(y1) c2(y2), so its components are the pairs of
+    components with c = c1 c2, u = u1 u2, v = v1 v2 (Example 6.0); the remainder
+    1 - sum c1 c2 is the atom G = 0.  For lower-bound pairs (weights summing to one) the same
+    product gives the law of G for the product pair.
+    """
+    u, v, c = np.ones(1), np.ones(1), np.ones(1)
+    for part in parts:
+        u = np.outer(u, part.u).ravel()
+        v = np.outer(v, part.v).ravel()
+        c = np.outer(c, part.c).ravel()
+    return Decomposition(u, v, c).merged()
+
+
+def parallel(parts: list[Decomposition], weights: list[float]) -> Decomposition:
+    """Parallel composition (section 7): the mixture of decompositions with the given weights."""
+    w = np.asarray(weights, dtype=float)
+    if len(parts) != len(w) or np.any(w < 0) or not np.isclose(w.sum(), 1.0):
+        raise ValueError(f"weights must be >= 0, one per part, and sum to 1, got weights={weights!r}")
+    u = np.concatenate([p.u for p in parts])
+    v = np.concatenate([p.v for p in parts])
+    c = np.concatenate([wi * p.c for wi, p in zip(w, parts)])
+    return Decomposition(u, v, c).merged()

@@ -1,0 +1,10 @@
+"""Certified engine: delta(eps), eps(delta), eps0_max for a decomposition of G."""
+
+from tablegen.engine.accountant import (
+    Bounds,
+    delta_bounds,
+    eps0_max,
+    eps_bounds,
+)
+
+__all__ = ["Bounds", "delta_bounds", "eps_bounds", "eps0_max"]

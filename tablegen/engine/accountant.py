@@ -1,0 +1,233 @@
+"""Certified delta(eps), eps(delta) and eps0_max for a mechanism (general-clone-fft.txt Thm 4).
+
+    delta(eps) = (1/n) E[(G_1 + ... + G_n)_+]
+
+with G from the mechanism's decompositions; the certified value is the largest over its
+upper decompositions (plus, for approximate-DP randomizers, hiding-among-the-clones.txt
+Theorem 3.8's n delta0 term), the lower bound the largest over its lower-bound pairs.
+
+eps(delta): delta(eps) is non-increasing with delta(eps0) = 0, so the certified eps is the
+upper end b of a bracket [a, b] with delta_upper(a) > delta >= delta_upper(b) (b itself was
+evaluated); the lower bound is the lower end of a bracket of the lower-bound curve.  The
+brackets are narrowed to a relative width ``rtol`` (default 1e-4).  Every certified eps is
+also capped by eps0 (an eps0-LDP randomizer is (eps0, 0)-DP after shuffling).
+
+eps0_max(eps, delta, n): the largest eps0 found whose certified delta at eps is <= delta,
+again the evaluated (safe) end of a bracket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from scipy.optimize import brentq
+
+from tablegen import validate
+from tablegen.decomposition import Decomposition
+from tablegen.engine.fourier import log_expected_positive_part
+from tablegen.engine.lattice import AtomLaw, randomized_rounding, saddlepoint
+from tablegen.engine.search import shrink_bracket
+from tablegen.mechanisms import Mechanism, get_mechanism
+
+RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
+LOWER_RESOLUTION = 60.0  # finer for the lower bound, whose rounding correction is first order
+RTOL = 1e-4
+EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
+FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A certified upper bound and a lower bound (None where the mechanism has none)."""
+
+    upper: float
+    lower: float | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def delta_of_decomposition(
+    d: Decomposition, eps: float, n: int, pessimistic: bool = True, resolution: float | None = None
+) -> float:
+    """(1/n) E[(G_1+...+G_n)_+] for G of ``d`` at eps: upper bound or (False) lower bound."""
+    values, probs = d.law(eps)
+    if values.max() <= 0:
+        return 0.0
+    if n == 1:
+        exact = float(probs @ np.maximum(values, 0.0))
+        return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
+    res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
+    sd = math.sqrt(AtomLaw(values, probs).variance())
+    step = sd / res
+    log_e = log_expected_positive_part(randomized_rounding(values, probs, step), n, pessimistic)
+    if log_e == -math.inf:
+        return 0.0
+    value = math.exp(log_e + math.log(step) - math.log(n))
+    if pessimistic:
+        return max(value * (1 + FLOAT_SLACK), math.ulp(0.0)) if value >= 0 else 0.0
+    return value * (1 - FLOAT_SLACK)
+
+
+class _Query:
+    """A validated (mechanism, eps0, n, params) with its decompositions built once."""
+
+    def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any]) -> None:
+        self.mechanism = get_mechanism(mechanism) if isinstance(mechanism, str) else mechanism
+        self.params = self.mechanism.resolve(params)
+        self.eps0 = validate.positive_finite("eps0", eps0)
+        self.n = validate.integer_at_least("n", n, 1)
+        self.upper = self.mechanism.upper(self.eps0, **self.params)
+        self.lower = self.mechanism.lower(self.eps0, **self.params) if self.mechanism.lower else []
+
+    def delta_upper(self, eps: float) -> float:
+        base = max(delta_of_decomposition(d, eps, self.n) for d in self.upper)
+        return base + self.extra_delta(eps)
+
+    def extra_delta(self, eps: float) -> float:
+        if self.mechanism.extra_delta is None:
+            return 0.0
+        return self.mechanism.extra_delta(eps, self.eps0, self.n, **self.params)
+
+    def delta_lower(self, eps: float) -> float | None:
+        if not self.lower:
+            return None
+        return max(delta_of_decomposition(d, eps, self.n, pessimistic=False) for d in self.lower)
+
+
+def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, lower: bool = True,
+                 **params: Any) -> Bounds:
+    """Certified delta at eps (and the lower bound) for n users of ``mechanism``."""
+    q = _Query(mechanism, eps0, n, params)
+    eps = validate.nonnegative_finite("eps", eps)
+    if eps >= q.eps0 and q.mechanism.extra_delta is None:
+        return Bounds(0.0, 0.0 if q.lower else None)
+    return Bounds(q.delta_upper(eps), q.delta_lower(eps) if lower else None)
+
+
+def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
+               rtol: float = RTOL, **params: Any) -> Bounds:
+    """Certified eps(delta) (smallest certified eps found) and the lower bound."""
+    q = _Query(mechanism, eps0, n, params)
+    delta = validate.open_unit("delta", delta)
+    upper = _eps_upper(q, delta, rtol)
+    low = _eps_lower(q, delta, upper, rtol) if (lower and q.lower) else None
+    return Bounds(upper, low)
+
+
+def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rtol: float = RTOL,
+             **params: Any) -> float:
+    """Largest eps0 (found) whose certified eps at (n, delta) is <= eps: the local budget."""
+    eps = validate.positive_finite("eps", eps)
+    delta = validate.open_unit("delta", delta)
+    _Query(mechanism, eps, n, params)  # validates mechanism, n and params up front
+
+    def excess(e0: float) -> float:
+        return _log_ratio(_Query(mechanism, e0, n, params).delta_upper(eps), delta)
+
+    a, fa = eps, -math.inf  # eps0 = eps is always certified: delta(eps0) = 0
+    b = min(EPS0_CAP, 2.0 * eps)
+    fb = excess(b)
+    while fb <= 0 and b < EPS0_CAP:
+        a, fa = b, fb
+        b = min(EPS0_CAP, 2.0 * b)
+        fb = excess(b)
+    if fb <= 0:
+        return b
+    a, _ = shrink_bracket(lambda e0: -excess(e0), a, -fa, b, -fb, rtol)
+    return a
+
+
+def _log_ratio(value: float, target: float) -> float:
+    return math.log(value / target) if value > 0 else -math.inf
+
+
+def _eps_upper(q: _Query, delta: float, rtol: float) -> float:
+    """Upper end of a bracket of the certified curve's crossing of delta, capped at eps0."""
+
+    def excess(eps: float) -> float:
+        return _log_ratio(q.delta_upper(eps), delta)
+
+    if excess(q.eps0) > 0:
+        # only possible with an n * delta0 term: eps0 itself is still certified when delta >= delta0
+        return _trivial_eps0(q, delta)
+    guess = _guess_eps(q, delta)
+    bracket = _bracket(excess, guess, floor=q.eps0 * 1e-9, ceiling=q.eps0)
+    if bracket is None:
+        return q.eps0 * 1e-9
+    a, fa, b, fb = bracket
+    return min(q.eps0, shrink_bracket(excess, a, fa, b, fb, rtol)[1])
+
+
+def _eps_lower(q: _Query, delta: float, eps_upper: float, rtol: float) -> float:
+    """Lower end of a bracket of the lower-bound curve's crossing of delta (0 if none)."""
+
+    def excess(eps: float) -> float:
+        return _log_ratio(q.delta_lower(eps) or 0.0, delta)
+
+    start = max(eps_upper * (1 - 1e-3), q.eps0 * 1e-9)
+    bracket = _bracket(excess, start, floor=q.eps0 * 1e-9, ceiling=q.eps0)
+    if bracket is None:
+        return 0.0
+    a, fa, b, fb = bracket
+    return shrink_bracket(excess, a, fa, b, fb, rtol)[0]
+
+
+def _bracket(
+    excess: Callable[[float], float], guess: float, floor: float, ceiling: float
+) -> tuple[float, float, float, float] | None:
+    """(a, f(a), b, f(b)) with f(a) > 0 >= f(b) found by growing steps from ``guess``.
+
+    None when f <= 0 already at ``floor``.  f(ceiling) <= 0 is assumed (delta(eps0) = 0).
+    """
+    fx = excess(guess)
+    step = 0.003
+    x = guess
+    if fx > 0:
+        while True:
+            nxt = min(ceiling, x * (1 + step))
+            fn = excess(nxt) if nxt < ceiling else min(excess(nxt), 0.0)
+            if fn <= 0:
+                return x, fx, nxt, fn
+            x, fx, step = nxt, fn, step * 3
+    while True:
+        nxt = max(floor, x / (1 + step))
+        fn = excess(nxt)
+        if fn > 0:
+            return nxt, fn, x, fx
+        if nxt <= floor:
+            return None
+        x, fx, step = nxt, fn, step * 3
+
+
+def _trivial_eps0(q: _Query, delta: float) -> float:
+    delta0 = q.params.get("delta0") or 0.0
+    if delta >= delta0:
+        return q.eps0
+    raise ValueError(
+        f"delta={delta!r} is below what this analysis can certify for delta0={delta0!r} and n={q.n}: "
+        "the n * delta0 term of Theorem 3.8 alone exceeds it"
+    )
+
+
+def _guess_eps(q: _Query, delta: float) -> float:
+    """Starting point of the search: the Bahadur-Rao approximation of the first upper law."""
+    d = q.upper[0]
+
+    def log_excess(eps: float) -> float:
+        law = AtomLaw(*d.law(eps))
+        lam = saddlepoint(law)
+        if lam <= 0:
+            return 1.0
+        sd = math.sqrt(q.n * law.tilted(lam).variance())
+        log_m = q.n * float(law.log_mgf(lam)[0])
+        return log_m - math.log(q.n * lam * lam * sd * math.sqrt(2 * math.pi)) - math.log(delta)
+
+    lo, hi = q.eps0 * 1e-6, q.eps0 * (1 - 1e-6)
+    try:
+        if log_excess(lo) > 0 > log_excess(hi):
+            return float(brentq(log_excess, lo, hi, rtol=1e-6))
+    except (ValueError, ZeroDivisionError, FloatingPointError):
+        pass
+    return 0.5 * q.eps0

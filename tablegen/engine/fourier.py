@@ -1,0 +1,175 @@
+"""Bounds on E[S_+] for S = G_1 + ... + G_n from the rounded lattice law, via one FFT pair.
+
+Method (DESIGN.md section 2; all quantities in lattice units):
+
+1. G' = randomized rounding of G (``lattice.py``): E[S'_+] >= E[S_+], no mean shift.
+2. Tilt by the saddlepoint lambda: E[S'_+] = M(lambda)^n E_lambda[S'_+ e^(-lambda S')].
+3. The tilted law of S' on the window [L, U] (periodised): p~ = irfft(psi^n * phase), with
+   psi the rfft of the tilted single-user law.  Mass outside the window folds into it, so
+   p~ >= p there: the sum over the window over-estimates (safe for the upper bound) by at most
+   sup(g) P_lambda(outside), which the lower bound subtracts (Chernoff, ``tails.py``).
+4. The part above U is bounded by Chernoff and added (upper bound).
+5. Floating point: the error of p~ is bounded in l2 (standard-model FFT bound with a safety
+   factor 8, and n |d psi| |psi|^(n-1) for the power) and enters through Cauchy-Schwarz,
+   ||g||_2 ||d p||_2; it is added to the upper bound and subtracted from the lower one.
+6. Lower bound only: E[S'_+] - E[S_+] = E[B] with B = (S+N)_+ - S_+ - N 1{S>0} >= 0 and
+   E[B | G] <= psi1(|S|), psi1(u) = int_u^inf exp(-2 t^2 / n) dt (Hoeffding for the rounding
+   noise N given G).  For any r, psi1(|S|) <= psi1((|S'| - r)_+) + psi1(0) 1{|N| > r}, so
+   E[B] <= E[psi1((|S'| - r)_+)] + 2 psi1(0) exp(-2 r^2 / n); the best r of a grid is used.
+
+The error budget of a call: (window tail + folded mass + floating point) / main term, kept
+below about 1e-6 of the result; the rounding variance (upper) and the correction in 6 (lower)
+are the discretisation error, controlled by the resolution (cells per standard deviation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.fft import irfft, next_fast_len, rfft
+from scipy.special import erfcx
+
+from tablegen.engine import tails
+from tablegen.engine.lattice import LatticeLaw, saddlepoint
+
+UNIT_ROUNDOFF = 2.0**-53
+FP_SAFETY = 8.0
+FOLD_TOLERANCE = 1e-10  # target for the relative size of truncated and folded mass
+
+
+def log_expected_positive_part(law: LatticeLaw, n: int, pessimistic: bool) -> float:
+    """log of a bound on E[S_+] (lattice units) for S the unrounded sum behind ``law``.
+
+    ``pessimistic=True`` gives an upper bound (valid for the rounded and the unrounded sum);
+    ``False`` a lower bound on E[S_+] of the unrounded sum.  Returns -inf for a zero bound.
+    """
+    if law.last <= 0:
+        return -math.inf
+    lam = saddlepoint(law)
+    tilted = law.tilted(lam)
+    log_m_n = n * float(law.log_mgf(lam)[0])
+    window = _window(tilted, n, lam)
+    p = _periodised_law(tilted, n, window)
+    s = window.low + np.arange(p.size, dtype=float)
+    g = _weight(s, lam)
+    main = float(g @ p)
+    fp = float(np.linalg.norm(g) * window.fp_l2)
+    if pessimistic:
+        value = main + fp + _above_window(tilted, n, lam, window.high)
+    else:
+        folded = _sup_weight(lam) * (
+            tails.upper_tail(tilted, n, window.high + 1) + tails.lower_tail(tilted, n, window.low - 1)
+        )
+        correction = _rounding_correction(s, p, lam, n, log_m_n, window)
+        value = main - fp - folded - correction
+    if value <= 0:
+        return -math.inf
+    return log_m_n + math.log(value)
+
+
+class _Window:
+    """Integer window [low, high] of length ``size`` (an FFT-friendly length)."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.size = next_fast_len(high - low + 1, real=True)
+        self.low = low
+        self.high = low + self.size - 1
+        self.fp_l2 = 0.0
+
+
+def _window(tilted: LatticeLaw, n: int, lam: float) -> _Window:
+    """Smallest window (from a geometric ladder) whose outside mass is below tolerance."""
+    sd = math.sqrt(n * max(tilted.variance(), 1e-300))
+    lo_support, hi_support = n * tilted.first, n * tilted.last
+    centre = n * tilted.mean()
+    target = FOLD_TOLERANCE * min(1.0, _main_estimate(lam, sd) / _sup_weight(lam))
+    width = 8.0
+    while True:
+        high = min(hi_support, int(math.ceil(centre + width * sd)))
+        low = max(lo_support, int(math.floor(centre - width * sd)))
+        ok_high = high >= hi_support or tails.upper_tail(tilted, n, high + 1) <= target
+        ok_low = low <= lo_support or tails.lower_tail(tilted, n, low - 1) <= target
+        if ok_high and ok_low:
+            return _Window(low, max(high, 1))
+        width *= 1.3
+
+
+def _main_estimate(lam: float, sd: float) -> float:
+    """Rough size of E_lambda[S_+ e^(-lambda S)] (Bahadur-Rao), used only to size the window."""
+    if lam <= 0:
+        return sd / math.sqrt(2 * math.pi)
+    return 1.0 / (lam * lam * sd * math.sqrt(2 * math.pi)) if lam * sd > 1 else sd / math.sqrt(2 * math.pi)
+
+
+def _sup_weight(lam: float) -> float:
+    """sup over s > 0 of s e^(-lambda s) (= 1/(e lambda)); infinite for lambda = 0."""
+    return math.inf if lam <= 0 else 1.0 / (math.e * lam)
+
+
+def _weight(s: np.ndarray, lam: float) -> np.ndarray:
+    """g(s) = s_+ e^(-lambda s)."""
+    out = np.zeros_like(s)
+    pos = s > 0
+    out[pos] = s[pos] * np.exp(-lam * s[pos])
+    return out
+
+
+def _above_window(tilted: LatticeLaw, n: int, lam: float, high: int) -> float:
+    """Bound on E_lambda[S_+ e^(-lambda S) 1{S > high}]."""
+    if lam <= 0:
+        return tails.upper_tail_mean(tilted, n, high + 1)
+    sup = high * math.exp(-lam * high) if high >= 1.0 / lam else _sup_weight(lam)
+    return sup * tails.upper_tail(tilted, n, high + 1)
+
+
+def _periodised_law(tilted: LatticeLaw, n: int, window: _Window) -> np.ndarray:
+    """P_lambda(S = low + j mod size), j = 0..size-1, by one rfft/irfft pair.
+
+    Sets ``window.fp_l2`` to a bound on the l2 norm of the floating-point error.
+    """
+    size = window.size
+    centre = int(round(tilted.mean()))
+    h = np.bincount(np.arange(tilted.pmf.size) % size, tilted.pmf, minlength=size)
+    psi = rfft(h)  # sum_k h_k exp(-i theta (k - first))
+    freq = np.arange(psi.size, dtype=np.int64)
+    # centre the phase: psi_c = sum_k h_k exp(-i theta (k - centre)), exact integer reduction
+    shift = (freq * ((centre - tilted.first) % size)) % size
+    psi = psi * np.exp(2j * np.pi * shift / size)
+    log_abs = np.log(np.maximum(np.abs(psi), 1e-300))
+    arg = np.angle(psi)
+    offset = (freq * ((n * centre - window.low) % size)) % size
+    magnitude = np.exp(n * log_abs)
+    spectrum = magnitude * np.exp(1j * (n * arg - 2 * np.pi * offset / size))
+    p = irfft(spectrum, n=size)
+    # error model: |d psi| <= 5 u log2(size) (||h||_1 = 1); power: n |d psi| |psi|^(n-1)
+    log2n = math.log2(max(size, 2))
+    d_psi = 5 * UNIT_ROUNDOFF * log2n
+    d_spec = n * d_psi * np.exp((n - 1) * log_abs) + 4 * UNIT_ROUNDOFF * magnitude * (
+        1 + n * np.abs(arg) + 2 * np.pi * offset / size + n * np.abs(log_abs)
+    )
+    spec_l2 = math.sqrt(2.0 * float(d_spec @ d_spec))
+    window.fp_l2 = FP_SAFETY * (
+        spec_l2 / math.sqrt(size) + 5 * UNIT_ROUNDOFF * log2n * float(np.linalg.norm(p)) + 1e-300
+    )
+    return p
+
+
+def _rounding_correction(
+    s: np.ndarray, p: np.ndarray, lam: float, n: int, log_m_n: float, window: _Window
+) -> float:
+    """Upper bound on (E[S'_+] - E[S_+]) / M^n, the price of rounding, minimised over r."""
+    scale = math.sqrt(n)
+    psi0 = math.sqrt(math.pi * n / 8.0)
+    p_pos = np.maximum(p, 0.0)
+    best = math.inf
+    for r in scale * np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0]):
+        x = np.maximum(np.abs(s) - r, 0.0) * math.sqrt(2.0 / n)
+        # psi1(x) e^(-lambda s) with psi1 = sqrt(pi n / 8) erfc(x), erfc = erfcx e^(-x^2)
+        weight = psi0 * erfcx(x) * np.exp(-x * x - lam * s)
+        inside = float(weight @ p_pos) + float(np.linalg.norm(weight)) * window.fp_l2
+        edge = psi0 * math.erfc(max(min(-window.low, window.high) - r, 0.0) * math.sqrt(2.0 / n))
+        noise = 2.0 * psi0 * math.exp(-2.0 * r * r / n)
+        outside = math.exp(min(math.log(edge + noise + 1e-300) - log_m_n, 700.0))
+        best = min(best, inside + outside)
+    return best

@@ -1,0 +1,67 @@
+"""Bracketed root search that returns the final bracket, so callers pick the safe end.
+
+``shrink_bracket(F, a, Fa, b, Fb)`` keeps F(a) > 0 >= F(b) (F may be -inf) and narrows [a, b]
+by Illinois-modified regula falsi, falling back to bisection, until b - a <= rtol * |b|.
+Certification never depends on convergence: each end has been evaluated, and callers return
+the end on the safe side (e.g. the upper end for a certified eps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+
+def shrink_bracket(
+    func: Callable[[float], float],
+    a: float,
+    fa: float,
+    b: float,
+    fb: float,
+    rtol: float = 1e-4,
+    max_evals: int = 60,
+) -> tuple[float, float]:
+    """Narrow [a, b] with func(a) > 0 >= func(b); return the final (a, b)."""
+    side = 0
+    for _ in range(max_evals):
+        if b - a <= rtol * max(abs(a), abs(b)):
+            break
+        if math.isfinite(fa) and math.isfinite(fb) and fa != fb:
+            x = b - fb * (b - a) / (fb - fa)
+            lo, hi = a + 0.02 * (b - a), b - 0.02 * (b - a)
+            x = min(max(x, lo), hi)
+        else:
+            x = 0.5 * (a + b)
+        fx = func(x)
+        if fx > 0:
+            a, fa = x, fx
+            if side == -1 and math.isfinite(fb):
+                fb *= 0.5  # Illinois: halve the stale end so the next step moves it
+            side = -1
+        else:
+            b, fb = x, fx
+            if side == 1 and math.isfinite(fa):
+                fa *= 0.5
+            side = 1
+    return a, b
+
+
+def expand_until(
+    func: Callable[[float], float], start: float, factor: float, limit: float, want_positive: bool
+) -> tuple[float, float, float, float] | None:
+    """Step x = start * factor^j toward ``limit`` until func changes sign.
+
+    Returns (x_prev, f_prev, x, f) around the change, or None if ``limit`` is reached first.
+    """
+    x, fx = start, func(start)
+    while (fx > 0) != want_positive:
+        nxt = x * factor
+        if (factor > 1 and nxt >= limit) or (factor < 1 and nxt <= limit):
+            nxt = limit
+        prev, fprev = x, fx
+        x, fx = nxt, func(nxt)
+        if (fx > 0) == want_positive:
+            return prev, fprev, x, fx
+        if x == limit:
+            return None
+    return x, fx, x, fx

@@ -1,0 +1,54 @@
+"""What a mechanism is: a name, its parameters, and its decompositions as functions of eps0.
+
+``upper(eps0, **params)`` returns the decompositions whose bounds certify the mechanism
+(the answer is the largest over the list, e.g. over input pairs of a finite randomizer);
+``lower(eps0, **params)`` returns decompositions of concrete neighbouring pairs
+(general-clone-fft.txt Theorem 5), each an exact divergence, so the largest is a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tablegen.decomposition import Decomposition
+
+
+@dataclass(frozen=True)
+class Param:
+    """A mechanism parameter: default (None = absent), validator and help text."""
+
+    default: Any
+    check: Callable[[str, Any], Any]
+    help: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A randomizer family as data: decompositions of G for upper and lower bounds."""
+
+    name: str
+    summary: str
+    reference: str
+    upper: Callable[..., list[Decomposition]]
+    lower: Callable[..., list[Decomposition]] | None
+    params: dict[str, Param] = field(default_factory=dict)
+    extra_delta: Callable[..., float] | None = None  # (eps, eps0, n, **params) -> added delta
+
+    def resolve(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``params`` against the declared ones, filling defaults."""
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            allowed = ", ".join(sorted(self.params)) or "none"
+            raise ValueError(f"mechanism {self.name!r} has no parameter {unknown[0]!r} (allowed: {allowed})")
+        out = {}
+        for name, spec in self.params.items():
+            value = params.get(name)
+            if value is None:
+                if spec.required:
+                    raise ValueError(f"mechanism {self.name!r} needs parameter {name!r}: {spec.help}")
+                out[name] = spec.default
+            else:
+                out[name] = spec.check(name, value)
+        return out

@@ -1,0 +1,111 @@
+"""Compositions of randomizers (general-clone-fft.txt sections 6 and 7).
+
+* ``joint``: each user applies ``parts`` randomizers of the ``base`` mechanism to ``parts``
+  attributes, each with eps0 / parts (total eps0-LDP); the decomposition is the Cartesian
+  product (section 6), for the upper bound and for the lower-bound pairs.
+* ``parallel``: each user picks one of the ``bases`` with probability ``weights`` and applies it
+  with the full eps0; the decomposition is the mixture (section 7).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tablegen import validate
+from tablegen.decomposition import Decomposition, joint, parallel
+from tablegen.mechanisms.base import Mechanism, Param
+
+PAPER = "Su, Cheng, Wang, general-clone-fft.txt, sections 6 and 7"
+
+
+def _base_name(name: str, value: object) -> str:
+    from tablegen.mechanisms import get_mechanism
+
+    return get_mechanism(str(value)).name
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if len(items) < 1:
+        raise ValueError(f"{name} must list at least one mechanism")
+    return tuple(_base_name(name, item.strip()) for item in items)
+
+
+def _weights(name: str, value: object) -> tuple[float, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(validate.nonnegative_finite(name, w) for w in items)
+
+
+def _parts(name: str, value: object) -> int:
+    return validate.integer_at_least(name, value, 1)
+
+
+def _base_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k in ("k", "g") and v is not None}
+
+
+def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> list[Decomposition]:
+    from tablegen.mechanisms import get_mechanism
+
+    mech = get_mechanism(name)
+    kwargs = mech.resolve({k: v for k, v in _base_params(params).items() if k in mech.params})
+    build = mech.lower if lower else mech.upper
+    if build is None:
+        raise ValueError(f"mechanism {name!r} has no lower bound")
+    return build(eps0, **kwargs)
+
+
+def joint_upper(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
+    """Cartesian product of ``parts`` copies of the base decomposition at eps0 / parts."""
+    options = _component(base, eps0 / parts, params, lower=False)
+    return [joint(list(choice)) for choice in itertools.product(options, repeat=parts)]
+
+
+def joint_lower(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
+    """Product of the base's lower-bound pairs (the same pair in every attribute)."""
+    return [joint([d] * parts) for d in _component(base, eps0 / parts, params, lower=True)]
+
+
+def parallel_upper(eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any) -> list[Decomposition]:
+    """Mixture of the bases' decompositions with the selection probabilities."""
+    _check_weights(bases, weights)
+    options = [_component(b, eps0, params, lower=False) for b in bases]
+    return [parallel(list(choice), list(weights)) for choice in itertools.product(*options)]
+
+
+def parallel_lower(eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any) -> list[Decomposition]:
+    """Mixture of the bases' first lower-bound pairs (one concrete neighbouring pair)."""
+    _check_weights(bases, weights)
+    options = [_component(b, eps0, params, lower=True) for b in bases]
+    return [parallel(list(choice), list(weights)) for choice in itertools.product(*options)]
+
+
+def _check_weights(bases: tuple[str, ...], weights: tuple[float, ...]) -> None:
+    if len(bases) != len(weights) or abs(sum(weights) - 1.0) > 1e-9:
+        raise ValueError(f"weights must give one probability per base and sum to 1, got {list(weights)}")
+
+
+_K = Param(None, lambda n, v: validate.integer_at_least(n, v, 2), "k of a krr base")
+_G = Param(None, lambda n, v: validate.integer_at_least(n, v, 2), "g of an olh base")
+
+JOINT = Mechanism(
+    "joint",
+    "joint composition: `parts` attributes, each randomized by `base` with eps0/parts",
+    PAPER,
+    joint_upper,
+    joint_lower,
+    {"base": Param(None, _base_name, "base mechanism name", required=True),
+     "parts": Param(2, _parts, "number of attributes (default 2)"), "k": _K, "g": _G},
+)
+
+PARALLEL = Mechanism(
+    "parallel",
+    "parallel composition: one of `bases` chosen with probabilities `weights`, full eps0",
+    PAPER,
+    parallel_upper,
+    parallel_lower,
+    {"bases": Param(None, _names, "comma-separated base mechanisms", required=True),
+     "weights": Param(None, _weights, "comma-separated probabilities, one per base", required=True),
+     "k": _K, "g": _G},
+)

@@ -1,0 +1,66 @@
+"""Argument checks shared by the engine, the mechanisms and the CLI.
+
+Every check raises ``ValueError`` naming the parameter, the allowed range and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def positive_finite(name: str, value: float) -> float:
+    """Return ``value`` as float if it is finite and > 0."""
+    x = _as_float(name, value)
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {name}={value!r}")
+    return x
+
+
+def nonnegative_finite(name: str, value: float) -> float:
+    """Return ``value`` as float if it is finite and >= 0."""
+    x = _as_float(name, value)
+    if not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
+    return x
+
+
+def open_unit(name: str, value: float) -> float:
+    """Return ``value`` as float if it lies in the open interval (0, 1)."""
+    x = _as_float(name, value)
+    if not (0 < x < 1):
+        raise ValueError(f"{name} must lie in (0, 1), got {name}={value!r}")
+    return x
+
+
+def unit_interval(name: str, value: float) -> float:
+    """Return ``value`` as float if it lies in [0, 1)."""
+    x = _as_float(name, value)
+    if not (0 <= x < 1):
+        raise ValueError(f"{name} must lie in [0, 1), got {name}={value!r}")
+    return x
+
+
+def integer_at_least(name: str, value: float, minimum: int) -> int:
+    """Return ``value`` as int if it is an integer (possibly given as 1e6) >= ``minimum``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+    if isinstance(value, numbers.Integral):
+        out = int(value)
+    else:
+        x = _as_float(name, value)
+        if not (math.isfinite(x) and x == math.floor(x)):
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+        out = int(x)
+    if out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+    return out
+
+
+def _as_float(name: str, value: float) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {name}={value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {name}={value!r}") from None
