@@ -59,7 +59,7 @@ class Decomposition:
         keep = merged > 0
         return uniq[keep], merged[keep]
 
-    def merged(self) -> "Decomposition":
+    def merged(self) -> Decomposition:
         """The same law with components of identical (u, v) merged (smaller, same G)."""
         keys = np.stack([self.u, self.v], axis=1)
         uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -97,5 +97,5 @@ def parallel(parts: list[Decomposition], weights: list[float]) -> Decomposition:
         raise ValueError(f"weights must be >= 0, one per part, and sum to 1, got weights={weights!r}")
     u = np.concatenate([p.u for p in parts])
     v = np.concatenate([p.v for p in parts])
-    c = np.concatenate([wi * p.c for wi, p in zip(w, parts)])
+    c = np.concatenate([wi * p.c for wi, p in zip(w, parts, strict=True)])
     return Decomposition(u, v, c).merged()

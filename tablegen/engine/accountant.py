@@ -19,8 +19,9 @@ again the evaluated (safe) end of a bracket.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq

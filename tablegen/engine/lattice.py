@@ -46,7 +46,7 @@ class AtomLaw:
         w = np.exp(logw - logw.max())
         return w / w.sum()
 
-    def tilted(self, lam: float) -> "AtomLaw":
+    def tilted(self, lam: float) -> AtomLaw:
         """The Esscher-tilted law."""
         return AtomLaw(self.points, self.tilted_pmf(lam))
 
@@ -69,14 +69,14 @@ class LatticeLaw(AtomLaw):
     first: int
 
     @classmethod
-    def from_pmf(cls, first: int, pmf: np.ndarray) -> "LatticeLaw":
+    def from_pmf(cls, first: int, pmf: np.ndarray) -> LatticeLaw:
         return cls(first + np.arange(pmf.size, dtype=float), pmf, first)
 
     @property
     def last(self) -> int:
         return self.first + self.pmf.size - 1
 
-    def tilted(self, lam: float) -> "LatticeLaw":
+    def tilted(self, lam: float) -> LatticeLaw:
         return LatticeLaw(self.points, self.tilted_pmf(lam), self.first)
 
 

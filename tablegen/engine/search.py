@@ -9,7 +9,7 @@ the end on the safe side (e.g. the upper end for a certified eps).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 
 def shrink_bracket(

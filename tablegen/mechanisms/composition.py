@@ -67,14 +67,18 @@ def joint_lower(eps0: float, base: str, parts: int, **params: Any) -> list[Decom
     return [joint([d] * parts) for d in _component(base, eps0 / parts, params, lower=True)]
 
 
-def parallel_upper(eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any) -> list[Decomposition]:
+def parallel_upper(
+    eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any
+) -> list[Decomposition]:
     """Mixture of the bases' decompositions with the selection probabilities."""
     _check_weights(bases, weights)
     options = [_component(b, eps0, params, lower=False) for b in bases]
     return [parallel(list(choice), list(weights)) for choice in itertools.product(*options)]
 
 
-def parallel_lower(eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any) -> list[Decomposition]:
+def parallel_lower(
+    eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any
+) -> list[Decomposition]:
     """Mixture of the bases' first lower-bound pairs (one concrete neighbouring pair)."""
     _check_weights(bases, weights)
     options = [_component(b, eps0, params, lower=True) for b in bases]

@@ -126,12 +126,10 @@ def unary_lower(one_if_true: float, one_if_false: float) -> list[Decomposition]:
         return q if b else 1.0 - q
 
     rows = []
-    for b0, b1, b2 in itertools.product((0, 1), repeat=3):
-        # probability of (b0, b1, b2) at coordinates (x0, x1, x2) under input x
-        def prob(x: int) -> float:
-            return bit(b0, x == 0) * bit(b1, x == 1) * bit(b2, x == 2)
-
-        rows.append((prob(0) / prob(2), prob(1) / prob(2), prob(2)))
+    for bits in itertools.product((0, 1), repeat=3):
+        # probability of the bits at coordinates (x0, x1, x2) under input x0, x1 and x2
+        p0, p1, p2 = (math.prod(bit(b, pos == x) for pos, b in enumerate(bits)) for x in range(3))
+        rows.append((p0 / p2, p1 / p2, p2))
     return [from_pairs(rows)]
 
 
