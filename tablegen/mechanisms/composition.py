@@ -79,10 +79,16 @@ def parallel_upper(
 def parallel_lower(
     eps0: float, bases: tuple[str, ...], weights: tuple[float, ...], **params: Any
 ) -> list[Decomposition]:
-    """Mixture of the bases' first lower-bound pairs (one concrete neighbouring pair)."""
+    """Mixture of the bases' pairs with x2 distinct from x0 and x1 (the last pair of each).
+
+    The input is shared by all bases, so only pairs of the same kind may be mixed; every
+    lower-bound list ends with its x2-distinct pair, which exists for domains of >= 3 values
+    (not for binary RR: then no lower bound is given).
+    """
     _check_weights(bases, weights)
-    options = [_component(b, eps0, params, lower=True) for b in bases]
-    return [parallel(list(choice), list(weights)) for choice in itertools.product(*options)]
+    if "krr" in bases and (params.get("k") or 3) < 3:
+        return []
+    return [parallel([_component(b, eps0, params, lower=True)[-1] for b in bases], list(weights))]
 
 
 def _check_weights(bases: tuple[str, ...], weights: tuple[float, ...]) -> None:
