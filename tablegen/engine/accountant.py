@@ -29,12 +29,12 @@ from scipy.optimize import brentq
 from tablegen import validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine.fourier import log_expected_positive_part
-from tablegen.engine.lattice import AtomLaw, randomized_rounding, saddlepoint
+from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
 
 RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
-LOWER_RESOLUTION = 60.0  # finer for the lower bound, whose rounding correction is first order
+LOWER_RESOLUTION = 60.0  # finer for the lower bound, which pays for the rounding noise
 RTOL = 1e-4
 EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
 FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
@@ -60,15 +60,17 @@ def delta_of_decomposition(
         exact = float(probs @ np.maximum(values, 0.0))
         return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
-    sd = math.sqrt(AtomLaw(values, probs).variance())
-    step = sd / res
-    log_e = log_expected_positive_part(randomized_rounding(values, probs, step), n, pessimistic)
-    if log_e == -math.inf:
-        return 0.0
-    value = math.exp(log_e + math.log(step) - math.log(n))
+    grid = Grid.aligned(values, probs, math.sqrt(AtomLaw(values, probs).variance()) / res)
+    x = grid.coordinates(values)
+    law, off_lattice = randomized_rounding(x, probs)
+    # the coordinates carry floating-point error (and snapping) of at most `moved` cells per user
+    moved = float(np.max(np.abs(x - (values - grid.offset) / grid.step))) + 4e-16 * float(np.max(np.abs(x)))
+    shift = n * grid.offset / grid.step  # S = step (K + shift)
+    log_e = log_expected_positive_part(law, n, pessimistic, shift, off_lattice)
+    value = math.exp(log_e + math.log(grid.step) - math.log(n)) if log_e > -math.inf else 0.0
     if pessimistic:
-        return max(value * (1 + FLOAT_SLACK), math.ulp(0.0)) if value >= 0 else 0.0
-    return value * (1 - FLOAT_SLACK)
+        return max(value * (1 + FLOAT_SLACK) + moved * grid.step, math.ulp(0.0))
+    return max(0.0, value * (1 - FLOAT_SLACK) - moved * grid.step)
 
 
 class _Query:

@@ -29,6 +29,7 @@ import math
 import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 from scipy.special import erfcx
+from scipy.stats import binom
 
 from tablegen.engine import tails
 from tablegen.engine.lattice import LatticeLaw, saddlepoint
@@ -38,34 +39,37 @@ FP_SAFETY = 8.0
 FOLD_TOLERANCE = 1e-10  # target for the relative size of truncated and folded mass
 
 
-def log_expected_positive_part(law: LatticeLaw, n: int, pessimistic: bool) -> float:
-    """log of a bound on E[S_+] (lattice units) for S the unrounded sum behind ``law``.
+def log_expected_positive_part(
+    law: LatticeLaw, n: int, pessimistic: bool, shift: float = 0.0, off_lattice: float = 1.0
+) -> float:
+    """log of a bound on E[(S + shift)_+] (lattice units), S the unrounded sum behind ``law``.
 
     ``pessimistic=True`` gives an upper bound (valid for the rounded and the unrounded sum);
-    ``False`` a lower bound on E[S_+] of the unrounded sum.  Returns -inf for a zero bound.
+    ``False`` a lower bound for the unrounded sum, whose users carry rounding noise only with
+    probability ``off_lattice`` each.  Returns -inf for a zero bound.
     """
-    if law.last <= 0:
+    if n * law.last + shift <= 0:
         return -math.inf
-    lam = saddlepoint(law)
+    lam = saddlepoint(law, -shift / n)
     tilted = law.tilted(lam)
-    log_m_n = n * float(law.log_mgf(lam)[0])
+    log_scale = n * float(law.log_mgf(lam)[0]) + lam * shift  # E = e^log_scale E_lam[g(S)]
     window = _window(tilted, n, lam)
     p = _periodised_law(tilted, n, window)
-    s = window.low + np.arange(p.size, dtype=float)
-    g = _weight(s, lam)
+    y = window.low + np.arange(p.size, dtype=float) + shift
+    g = _weight(y, lam)
     main = float(g @ p)
     fp = float(np.linalg.norm(g) * window.fp_l2)
     if pessimistic:
-        value = main + fp + _above_window(tilted, n, lam, window.high)
+        value = main + fp + _above_window(tilted, n, lam, window.high, shift)
     else:
         folded = _sup_weight(lam) * (
             tails.upper_tail(tilted, n, window.high + 1) + tails.lower_tail(tilted, n, window.low - 1)
         )
-        correction = _rounding_correction(s, p, lam, n, log_m_n, window)
+        correction = _rounding_correction(y, p, lam, n, off_lattice, log_scale, window)
         value = main - fp - folded - correction
     if value <= 0:
         return -math.inf
-    return log_m_n + math.log(value)
+    return log_scale + math.log(value)
 
 
 class _Window:
@@ -107,20 +111,22 @@ def _sup_weight(lam: float) -> float:
     return math.inf if lam <= 0 else 1.0 / (math.e * lam)
 
 
-def _weight(s: np.ndarray, lam: float) -> np.ndarray:
-    """g(s) = s_+ e^(-lambda s)."""
-    out = np.zeros_like(s)
-    pos = s > 0
-    out[pos] = s[pos] * np.exp(-lam * s[pos])
+def _weight(y: np.ndarray, lam: float) -> np.ndarray:
+    """g(y) = y_+ e^(-lambda y), y = s + shift."""
+    out = np.zeros_like(y)
+    pos = y > 0
+    out[pos] = y[pos] * np.exp(-lam * y[pos])
     return out
 
 
-def _above_window(tilted: LatticeLaw, n: int, lam: float, high: int) -> float:
-    """Bound on E_lambda[S_+ e^(-lambda S) 1{S > high}]."""
+def _above_window(tilted: LatticeLaw, n: int, lam: float, high: int, shift: float) -> float:
+    """Bound on E_lambda[g(S + shift) 1{S > high}]."""
+    tail = tails.upper_tail(tilted, n, high + 1)
     if lam <= 0:
-        return tails.upper_tail_mean(tilted, n, high + 1)
-    sup = high * math.exp(-lam * high) if high >= 1.0 / lam else _sup_weight(lam)
-    return sup * tails.upper_tail(tilted, n, high + 1)
+        return tails.upper_tail_mean(tilted, n, high + 1) + max(shift, 0.0) * tail
+    edge = high + shift
+    sup = edge * math.exp(-lam * edge) if edge >= 1.0 / lam else _sup_weight(lam)
+    return sup * tail
 
 
 def _periodised_law(tilted: LatticeLaw, n: int, window: _Window) -> np.ndarray:
@@ -156,20 +162,41 @@ def _periodised_law(tilted: LatticeLaw, n: int, window: _Window) -> np.ndarray:
 
 
 def _rounding_correction(
-    s: np.ndarray, p: np.ndarray, lam: float, n: int, log_m_n: float, window: _Window
+    y: np.ndarray, p: np.ndarray, lam: float, n: int, off_lattice: float, log_scale: float, window: _Window
 ) -> float:
-    """Upper bound on (E[S'_+] - E[S_+]) / M^n, the price of rounding, minimised over r."""
-    scale = math.sqrt(n)
-    psi0 = math.sqrt(math.pi * n / 8.0)
+    """Upper bound on (E[Y'_+] - E[Y_+]) / e^log_scale, the price of rounding (Y = S + shift).
+
+    Given G, the rounding noise N is a sum of M zero-mean terms of range one, M the number of
+    users whose atom is off the lattice, M ~ Bin(n, q).  On {M <= m} Hoeffding gives
+    E[B | G] <= psi1(|Y|), psi1(u) = int_u^inf e^(-2 t^2 / m) dt (0 when m = 0); on {M > m},
+    B <= |N| <= M and E[M 1{M > m}] = n q P(Bin(n-1, q) >= m).  Minimised over a few m and r.
+    """
+    if off_lattice <= 0:
+        return 0.0
+    q = off_lattice
     p_pos = np.maximum(p, 0.0)
     best = math.inf
-    for r in scale * np.array([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0]):
-        x = np.maximum(np.abs(s) - r, 0.0) * math.sqrt(2.0 / n)
-        # psi1(x) e^(-lambda s) with psi1 = sqrt(pi n / 8) erfc(x), erfc = erfcx e^(-x^2)
-        weight = psi0 * erfcx(x) * np.exp(-x * x - lam * s)
-        inside = float(weight @ p_pos) + float(np.linalg.norm(weight)) * window.fp_l2
-        edge = psi0 * math.erfc(max(min(-window.low, window.high) - r, 0.0) * math.sqrt(2.0 / n))
-        noise = 2.0 * psi0 * math.exp(-2.0 * r * r / n)
-        outside = math.exp(min(math.log(edge + noise + 1e-300) - log_m_n, 700.0))
-        best = min(best, inside + outside)
+    for m in _noise_counts(n, q):
+        rare = n * q * float(binom.sf(m - 1, n - 1, q)) * (1 + 1e-9) if m < n else 0.0
+        rare_scaled = math.exp(min(math.log(rare + 1e-300) - log_scale, 700.0))
+        if m == 0:
+            best = min(best, rare_scaled)
+            continue
+        psi0 = math.sqrt(math.pi * m / 8.0)
+        for r in math.sqrt(m) * np.array([0.0, 0.5, 1.0, 2.0, 3.0, 5.0]):
+            x = np.maximum(np.abs(y) - r, 0.0) * math.sqrt(2.0 / m)
+            # psi1(x) e^(-lambda y) with psi1 = sqrt(pi m / 8) erfc(x), erfc = erfcx e^(-x^2)
+            weight = psi0 * erfcx(x) * np.exp(-x * x - lam * y)
+            inside = float(weight @ p_pos) + float(np.linalg.norm(weight)) * window.fp_l2
+            edge = psi0 * math.erfc(max(min(-y[0], y[-1]) - r, 0.0) * math.sqrt(2.0 / m))
+            noise = 2.0 * psi0 * math.exp(-2.0 * r * r / m)
+            outside = math.exp(min(math.log(edge + noise + 1e-300) - log_scale, 700.0))
+            best = min(best, inside + outside + rare_scaled)
     return best
+
+
+def _noise_counts(n: int, q: float) -> list[int]:
+    """Candidate cut-offs m for the number of users with rounding noise."""
+    mean, sd = n * q, math.sqrt(n * q * (1 - q))
+    cands = {0, min(n, math.ceil(mean + 3 * sd + 3)), min(n, math.ceil(mean + 20 * sd + 40))}
+    return sorted(cands)

@@ -17,6 +17,7 @@ the window, so the FFT works at full relative precision whatever delta is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,9 +81,37 @@ class LatticeLaw(AtomLaw):
         return LatticeLaw(self.points, self.tilted_pmf(lam), self.first)
 
 
-def randomized_rounding(values: np.ndarray, probs: np.ndarray, step: float) -> LatticeLaw:
-    """Mean-preserving randomized rounding of the atoms (values, probs) to step * Z."""
-    x = np.asarray(values, dtype=float) / step
+@dataclass(frozen=True)
+class Grid:
+    """The lattice offset + step * Z, chosen so that the two heaviest atoms lie on it exactly."""
+
+    offset: float
+    step: float
+
+    @classmethod
+    def aligned(cls, values: np.ndarray, probs: np.ndarray, max_step: float) -> Grid:
+        """Offset at the heaviest atom; a step in [max_step/2, max_step] dividing the gap to the
+        second heaviest when that gap is at least max_step/2, else max_step."""
+        order = np.argsort(probs)[::-1]
+        offset = float(values[order[0]])
+        gap = abs(float(values[order[1]]) - offset) if values.size > 1 else 0.0
+        if gap < max_step / 2:
+            return cls(offset, max_step)
+        return cls(offset, gap / math.ceil(gap / max_step))
+
+    def coordinates(self, values: np.ndarray) -> np.ndarray:
+        """(values - offset) / step, points within 1e-13 (relative) of an integer snapped onto it."""
+        x = (np.asarray(values, dtype=float) - self.offset) / self.step
+        near = np.round(x)
+        return np.where(np.abs(x - near) <= 1e-13 * np.maximum(1.0, np.abs(x)), near, x)
+
+
+def randomized_rounding(x: np.ndarray, probs: np.ndarray) -> tuple[LatticeLaw, float]:
+    """Mean-preserving randomized rounding of atoms at lattice coordinates ``x`` to Z.
+
+    Returns the law and the probability that a user's atom is off the lattice (q): only those
+    users carry rounding noise.
+    """
     k = np.floor(x)
     t = x - k
     first = int(k.min())
@@ -90,20 +119,22 @@ def randomized_rounding(values: np.ndarray, probs: np.ndarray, step: float) -> L
     size = int(idx.max()) + 2
     pmf = np.bincount(idx, probs * (1 - t), size) + np.bincount(idx + 1, probs * t, size)
     nz = np.flatnonzero(pmf > 0)
-    return LatticeLaw.from_pmf(first + int(nz[0]), pmf[nz[0] : nz[-1] + 1])
+    off_lattice = float(probs[t > 0].sum())
+    return LatticeLaw.from_pmf(first + int(nz[0]), pmf[nz[0] : nz[-1] + 1]), off_lattice
 
 
-def saddlepoint(law: AtomLaw) -> float:
-    """lambda >= 0 at which the tilted mean is zero (0 if the mean is already >= 0).
+def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
+    """lambda >= 0 at which the tilted mean equals ``target`` (0 if the mean is already >= it).
 
-    Any lambda >= 0 keeps the tilting identity exact; this one centres the window on 0.
+    Any lambda >= 0 keeps the tilting identity exact; this one centres the window on the
+    threshold that delta sees.
     """
     pts = law.points
-    if law.mean() >= 0 or law.last <= 0:
+    if law.mean() >= target or law.last <= target:
         return 0.0
 
     def tilted_mean(lam: float) -> float:
-        return law.tilted(lam).mean()
+        return law.tilted(lam).mean() - target
 
     hi = 1.0 / max(1.0, float(pts.max() - pts.min()))
     while tilted_mean(hi) < 0:
