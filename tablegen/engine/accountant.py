@@ -28,7 +28,7 @@ from scipy.optimize import brentq
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition
-from tablegen.engine.fourier import log_expected_positive_part
+from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
@@ -61,23 +61,38 @@ def delta_of_decomposition(
         return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
     grid = Grid.aligned(values, probs, math.sqrt(AtomLaw(values, probs).variance()) / res)
-    x = grid.coordinates(values)
+    x = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)
-    # the coordinates carry floating-point error (and snapping) of at most `moved` cells per user
-    moved = float(np.max(np.abs(x - (values - grid.offset) / grid.step))) + 4e-16 * float(np.max(np.abs(x)))
-    shift = n * grid.offset / grid.step  # S = step (K + shift)
+    # S = step (K + shift); the shift's own rounding error is pushed the safe way too
+    shift = n * grid.offset / grid.step
+    shift += (1 if pessimistic else -1) * 4 * UNIT_ROUNDOFF * abs(shift)
     log_e = log_expected_positive_part(law, n, pessimistic, shift, off_lattice)
     value = math.exp(log_e + math.log(grid.step) - math.log(n)) if log_e > -math.inf else 0.0
     if pessimistic:
-        return max(value * (1 + FLOAT_SLACK) + moved * grid.step, math.ulp(0.0))
-    return max(0.0, value * (1 - FLOAT_SLACK) - moved * grid.step)
+        return max(value * (1 + FLOAT_SLACK), math.ulp(0.0))
+    return value * (1 - FLOAT_SLACK)
+
+
+def _pushed(grid: Grid, values: np.ndarray, probs: np.ndarray, up: bool) -> np.ndarray:
+    """Lattice coordinates moved by their floating-point error bound toward larger (up) or
+    smaller G, so the rounded law still dominates (or is dominated by) the exact one.
+
+    The anchors (the two heaviest atoms) are exact by the choice of offset and step: 0 is
+    computed exactly, and the step is by definition the gap divided by the number of cells.
+    """
+    raw = (values - grid.offset) / grid.step
+    x = grid.coordinates(values)
+    error = np.abs(x - raw) + 4 * UNIT_ROUNDOFF * np.abs(x)
+    anchors = np.argsort(probs)[::-1][:2]
+    error[anchors] = np.where(x[anchors] == np.round(x[anchors]), 0.0, error[anchors])
+    return x + error if up else x - error
 
 
 class _Query:
     """A validated (mechanism, eps0, n, params) with its decompositions built once."""
 
     def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any]) -> None:
-        self.mechanism = get_mechanism(mechanism) if isinstance(mechanism, str) else mechanism
+        self.mechanism = mechanism if isinstance(mechanism, Mechanism) else get_mechanism(mechanism)
         self.params = self.mechanism.resolve(params)
         self.eps0 = validate.positive_finite("eps0", eps0)
         self.n = validate.integer_at_least("n", n, 1)

@@ -130,11 +130,12 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     threshold that delta sees.
     """
     pts = law.points
-    if law.mean() >= target or law.last <= target:
-        return 0.0
 
     def tilted_mean(lam: float) -> float:
         return law.tilted(lam).mean() - target
+
+    if law.last <= target or tilted_mean(0.0) >= 0:
+        return 0.0
 
     hi = 1.0 / max(1.0, float(pts.max() - pts.min()))
     while tilted_mean(hi) < 0:
