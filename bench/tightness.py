@@ -16,7 +16,10 @@ numerics through a ``Mechanism`` built here; the engine is not modified).  Then
 
 Results are appended to a JSON-lines cache as they arrive (default
 ``/tmp/tightness_cells.jsonl``), so an interrupted run resumes where it stopped; cells are
-computed in parallel (``--jobs``, default the number of cores), one BLAS/OpenMP thread each.
+computed in parallel (``--jobs``, default the number of cores), one BLAS/OpenMP thread each,
+each worker's address space capped at ``--mem-gib`` so that a call which outgrows memory is
+reported as a ``MemoryError`` instead of bringing the machine down (``--retry-errors`` reruns
+cached failures, e.g. with one worker and a larger cap).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -84,6 +88,13 @@ def compute(cell: tuple[str, str, dict, float, int, float]) -> dict:
         out["traceback"] = traceback.format_exc(limit=3)
         out["time_s"] = time.perf_counter() - t0
     return out
+
+
+def limit_memory(gib: float) -> None:
+    """Pool initializer: cap this worker's address space (MemoryError beyond it)."""
+    if gib > 0:
+        cap = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
 def cost_rank(cell) -> tuple:
@@ -225,6 +236,8 @@ def main() -> None:
     ap.add_argument("--cache", default="/tmp/tightness_cells.jsonl", help="JSON-lines cache ('' for none)")
     ap.add_argument("--quick", action="store_true", help="n <= 1e4 only")
     ap.add_argument("--out", default="", help="write the Markdown here instead of stdout")
+    ap.add_argument("--mem-gib", type=float, default=9.0, help="address-space cap per worker, GiB (0: none)")
+    ap.add_argument("--retry-errors", action="store_true", help="recompute cached cells that raised")
     args = ap.parse_args()
     ns = [n for n in NS if n <= 10**4] if args.quick else NS
     cells = [(c, m, p, e, n, d) for c, m, p in CASES for e in EPS0S for n in ns for d in DELTAS]
@@ -233,14 +246,15 @@ def main() -> None:
         with open(args.cache) as f:
             for line in f:
                 r = json.loads(line)
-                results[r["key"]] = r
+                if not (args.retry_errors and "error" in r):
+                    results[r["key"]] = r
     todo = sorted((c for c in cells if key(c[0], *c[3:]) not in results), key=cost_rank)
     t0 = time.time()
     print(f"{len(cells)} cells, {len(cells) - len(todo)} cached, {len(todo)} to compute on {args.jobs} worker(s)",
           file=sys.stderr, flush=True)
     cache = open(args.cache, "a") if args.cache else None
     try:
-        with Pool(args.jobs) as pool:
+        with Pool(args.jobs, initializer=limit_memory, initargs=(args.mem_gib,)) as pool:
             for i, r in enumerate(pool.imap_unordered(compute, todo), 1):
                 results[r["key"]] = r
                 if cache:

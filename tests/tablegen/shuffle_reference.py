@@ -120,9 +120,7 @@ def krr_lower_laws(eps0: float, eps: float, k: int):
         ([(b * p - a * p) / (b * p), (p - a * b * p) / p, (p - a * p) / p], [b * p, p, (k - 2) * p]),
     ]
     if k >= 3:
-        laws.append(
-            ([b - a, 1 - a * b, (1 - a) / b, 1 - a], [p, p, b * p, (k - 3) * p])
-        )
+        laws.append(([b - a, 1 - a * b, (1 - a) / b, 1 - a], [p, p, b * p, (k - 3) * p]))
     return laws
 
 

@@ -202,8 +202,10 @@ def test_lower_laws_are_theorem_5_laws(name, params, laws):
 
 
 def _same(a, b) -> bool:
-    return a[0].shape == b[0].shape and np.allclose(a[0], b[0], rtol=1e-9, atol=1e-10) and np.allclose(
-        a[1], b[1], rtol=1e-9, atol=1e-14
+    return (
+        a[0].shape == b[0].shape
+        and np.allclose(a[0], b[0], rtol=1e-9, atol=1e-10)
+        and np.allclose(a[1], b[1], rtol=1e-9, atol=1e-14)
     )
 
 

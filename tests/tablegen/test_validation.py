@@ -166,9 +166,10 @@ def test_legal_edge_values():
     """n = 1, n given as a float integer (1e3), delta close to 0 and 1, eps = 0 are legal."""
     b = eps_bounds("krr", eps0=1.0, n=1, delta=1e-6, k=3)
     assert 0 < b.upper <= 1.0
-    assert eps_bounds("krr", eps0=1.0, n=1e3, delta=1e-6, k=3, lower=False).upper == eps_bounds(
-        "krr", eps0=1.0, n=1000, delta=1e-6, k=3, lower=False
-    ).upper
+    assert (
+        eps_bounds("krr", eps0=1.0, n=1e3, delta=1e-6, k=3, lower=False).upper
+        == eps_bounds("krr", eps0=1.0, n=1000, delta=1e-6, k=3, lower=False).upper
+    )
     assert 0 < _eps(delta=0.999).upper <= _eps(delta=1e-15).upper <= 1.0
     assert delta_bounds("krr", eps0=1.0, n=1, eps=0.0, k=3).upper > 0
     assert delta_bounds("krr", eps0=1.0, n=np.int64(10), eps=np.float64(0.2), k=np.int64(3)).upper > 0
