@@ -78,7 +78,9 @@ def timed(**kw):
     return b, time.perf_counter() - t0, stats["calls"], stats["max"]
 """
 
-LOWER_CHILD = COUNTER + """
+LOWER_CHILD = (
+    COUNTER
+    + """
 kw = dict(mechanism={mech!r}, eps0={eps0!r}, n={n!r}, delta={delta!r}, **{params!r})
 eps_bounds(**dict(kw, n=min({n!r}, 10**5), lower=False))  # warm-up
 up, t_up, c_up, w_up = timed(lower=False, **kw)
@@ -86,8 +88,11 @@ both, t_both, c_both, w_both = timed(lower=True, **kw)
 print(json.dumps(dict(upper=up.upper, lower=both.lower, upper_both=both.upper, t_up=t_up, t_both=t_both,
                       c_up=c_up, c_both=c_both, w_up=w_up, w_both=w_both)))
 """
+)
 
-CURVE_CHILD = COUNTER + """
+CURVE_CHILD = (
+    COUNTER
+    + """
 eps_bounds({mech!r}, eps0={eps0!r}, n=10**5, delta=1e-8, lower=False, **{params!r})  # warm-up
 stats.update(calls=0, max=0)
 t0 = time.perf_counter()
@@ -95,6 +100,7 @@ eps = [eps_bounds({mech!r}, eps0={eps0!r}, n={n!r}, delta=d, lower=False, **{par
 total = time.perf_counter() - t0
 print(json.dumps(dict(total=total, eps=eps, calls=stats["calls"], max=stats["max"])))
 """
+)
 
 
 def label(mech: str, params: dict) -> str:
@@ -168,8 +174,10 @@ def machine_line() -> str:
             mem = f", {int(f.readline().split()[1]) / 2**20:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    return (f"{cpu}, {os.cpu_count()} logical cores{mem}, Python {platform.python_version()}, "
-            f"{platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} logical cores{mem}, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
 
 
 def engine_version() -> str:
@@ -177,10 +185,12 @@ def engine_version() -> str:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(tablegen.__file__)))
     try:
-        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "tablegen"],
-                               capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--", "tablegen"], capture_output=True, text=True
+        ).stdout.strip()
         return f"{root} @ {rev}{' (uncommitted changes in tablegen/)' if dirty else ''}"
     except (OSError, subprocess.CalledProcessError):
         return f"{root} (not a git checkout)"
@@ -202,19 +212,28 @@ def main() -> None:
     print(f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}")
     print(f"- machine: {machine_line()}")
     print(f"- numpy {numpy.__version__}, scipy {scipy.__version__}; engine: {engine_version()}")
-    print(f"- one core per child: taskset -c 0 {'(used)' if shutil.which('taskset') else '(not available)'}, "
-          + ", ".join(f"{k}=1" for k in THREAD_ENV) + f"; children capped at {args.mem_gib:g} GiB address "
-          f"space and {args.timeout:g} s")
-    print(f"- delta = {DELTA:g}, mode: {'quick (n <= 1e6)' if args.quick else 'full'}, "
-          f"section 1: median of {args.repeat} fresh process(es) per row\n")
+    print(
+        f"- one core per child: taskset -c 0 {'(used)' if shutil.which('taskset') else '(not available)'}, "
+        + ", ".join(f"{k}=1" for k in THREAD_ENV)
+        + f"; children capped at {args.mem_gib:g} GiB address "
+        f"space and {args.timeout:g} s"
+    )
+    print(
+        f"- delta = {DELTA:g}, mode: {'quick (n <= 1e6)' if args.quick else 'full'}, "
+        f"section 1: median of {args.repeat} fresh process(es) per row\n"
+    )
 
     # 1. fresh-process query
     print("## 1. One certified eps(delta) query, whole fresh process, one core (lower=False)\n")
-    print("Targets: <= 0.5 s at n = 1e6, <= 5 s at n = 1e8; peak RSS <= 2 GiB.  'process' is the wall "
-          "time of the whole `python -c` child (interpreter start, `import tablegen` with numpy/scipy, "
-          "the query, exit); 'query' is the eps_bounds call alone, timed inside the child.\n")
-    print("| mechanism | n | eps0 | certified eps | process s | import s | query s | peak RSS MiB "
-          "| target s | query ok | process ok | RSS ok |")
+    print(
+        "Targets: <= 0.5 s at n = 1e6, <= 5 s at n = 1e8; peak RSS <= 2 GiB.  'process' is the wall "
+        "time of the whole `python -c` child (interpreter start, `import tablegen` with numpy/scipy, "
+        "the query, exit); 'query' is the eps_bounds call alone, timed inside the child.\n"
+    )
+    print(
+        "| mechanism | n | eps0 | certified eps | process s | import s | query s | peak RSS MiB "
+        "| target s | query ok | process ok | RSS ok |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mech, params in MECHANISMS:
         for n in ns:
@@ -223,8 +242,11 @@ def main() -> None:
                 runs = [run_child(code, args.mem_gib, args.timeout) for _ in range(args.repeat)]
                 bad = [r["error"] for r in runs if "error" in r]
                 if bad:
-                    print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | **{bad[0]}** | | | | "
-                          f"{max(r['maxrss_mib'] for r in runs):.0f} | | | | |", flush=True)
+                    print(
+                        f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | **{bad[0]}** | | | | "
+                        f"{max(r['maxrss_mib'] for r in runs):.0f} | | | | |",
+                        flush=True,
+                    )
                     continue
                 med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "import_s", "query_s")}
                 rss = max(r["maxrss_mib"] for r in runs)
@@ -235,20 +257,26 @@ def main() -> None:
                 def ok(t: float, target=target) -> str:
                     return "-" if target is None else ("yes" if t <= target else "**no**")
 
-                print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {eps_txt} "
-                      f"| {med['wall_s']:.3f} | {med['import_s']:.3f} | {med['query_s']:.3f} | {rss:.0f} "
-                      f"| {'-' if target is None else f'<= {target:g}'} | {ok(med['query_s'])} "
-                      f"| {ok(med['wall_s'])} | {'yes' if rss <= TARGET_RSS_MIB else '**no**'} |",
-                      flush=True)
+                print(
+                    f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {eps_txt} "
+                    f"| {med['wall_s']:.3f} | {med['import_s']:.3f} | {med['query_s']:.3f} | {rss:.0f} "
+                    f"| {'-' if target is None else f'<= {target:g}'} | {ok(med['query_s'])} "
+                    f"| {ok(med['wall_s'])} | {'yes' if rss <= TARGET_RSS_MIB else '**no**'} |",
+                    flush=True,
+                )
     overall = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     print(f"\ngetrusage(RUSAGE_CHILDREN).ru_maxrss over all children so far: {overall:.0f} MiB\n")
 
     # 2. lower bound
     print("## 2. Cost of the lower bound (lower=True minus lower=False), one child per row\n")
-    print("After a warm-up call.  FFTs: evaluations of one FFT pair (upper only / upper + lower); "
-          "window: the largest FFT length (cells).  Peak RSS is the child's, lower bound included.\n")
-    print("| mechanism | n | eps0 | upper s | upper+lower s | lower s | lower eps | rel. gap | FFTs "
-          "| max window upper / both | peak RSS MiB |")
+    print(
+        "After a warm-up call.  FFTs: evaluations of one FFT pair (upper only / upper + lower); "
+        "window: the largest FFT length (cells).  Peak RSS is the child's, lower bound included.\n"
+    )
+    print(
+        "| mechanism | n | eps0 | upper s | upper+lower s | lower s | lower eps | rel. gap | FFTs "
+        "| max window upper / both | peak RSS MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mech, params in MECHANISMS:
         for n in ns:
@@ -256,20 +284,27 @@ def main() -> None:
                 code = LOWER_CHILD.format(mech=mech, params=params, eps0=eps0, n=n, delta=DELTA)
                 r = run_child(code, args.mem_gib, args.timeout)
                 if "error" in r:
-                    print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | | | **{r['error']}** "
-                          f"(after {r['wall_s']:.0f} s) | | | | | {r['maxrss_mib']:.0f} |", flush=True)
+                    print(
+                        f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | | | **{r['error']}** "
+                        f"(after {r['wall_s']:.0f} s) | | | | | {r['maxrss_mib']:.0f} |",
+                        flush=True,
+                    )
                     continue
                 low = r["lower"]
                 gap = (r["upper_both"] - low) / low if low else float("inf")
-                print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {r['t_up']:.3f} | {r['t_both']:.3f} "
-                      f"| {r['t_both'] - r['t_up']:.3f} | {low:.6g} | {gap:.2e} | {r['c_up']} / {r['c_both']} "
-                      f"| {r['w_up']:,} / {r['w_both']:,} | {r['maxrss_mib']:.0f} |", flush=True)
+                print(
+                    f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {r['t_up']:.3f} | {r['t_both']:.3f} "
+                    f"| {r['t_both'] - r['t_up']:.3f} | {low:.6g} | {gap:.2e} | {r['c_up']} / {r['c_both']} "
+                    f"| {r['w_up']:,} / {r['w_both']:,} | {r['maxrss_mib']:.0f} |",
+                    flush=True,
+                )
 
     # 3. whole delta curve
-    print("\n## 3. Whole delta curve: eps for delta = 1e-12, 1e-11, ..., 1e-3 (10 queries in a loop, "
-          "lower=False, one child)\n")
-    print("| mechanism | n | eps0 | total s | per delta s | FFTs | max window | eps(1e-12) | eps(1e-6) "
-          "| eps(1e-3) |")
+    print(
+        "\n## 3. Whole delta curve: eps for delta = 1e-12, 1e-11, ..., 1e-3 (10 queries in a loop, "
+        "lower=False, one child)\n"
+    )
+    print("| mechanism | n | eps0 | total s | per delta s | FFTs | max window | eps(1e-12) | eps(1e-6) | eps(1e-3) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     curve_cases = [("generic", {}, 4.0, 10**6), ("krr", {"k": 10}, 4.0, 10**6)]
     if not args.quick:
@@ -281,8 +316,11 @@ def main() -> None:
             print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | **{r['error']}** | | | | | | |")
             continue
         e = r["eps"]
-        print(f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {r['total']:.2f} | {r['total'] / len(e):.3f} "
-              f"| {r['calls']} | {r['max']:,} | {e[0]:.6g} | {e[6]:.6g} | {e[-1]:.6g} |", flush=True)
+        print(
+            f"| {label(mech, params)} | {fmt_n(n)} | {eps0:g} | {r['total']:.2f} | {r['total'] / len(e):.3f} "
+            f"| {r['calls']} | {r['max']:,} | {e[0]:.6g} | {e[6]:.6g} | {e[-1]:.6g} |",
+            flush=True,
+        )
 
     print("\n## Comparison with public code (text only)\n")
     print(
