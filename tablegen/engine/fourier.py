@@ -28,8 +28,7 @@ import math
 
 import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
-from scipy.special import erfcx
-from scipy.stats import binom
+from scipy.special import bdtrc, erfcx
 
 from tablegen.engine import tails
 from tablegen.engine.lattice import LatticeLaw, saddlepoint
@@ -95,7 +94,7 @@ def _window(tilted: LatticeLaw, n: int, lam: float) -> _Window:
         ok_high = high >= hi_support or tails.upper_tail(tilted, n, high + 1) <= target
         ok_low = low <= lo_support or tails.lower_tail(tilted, n, low - 1) <= target
         if ok_high and ok_low:
-            return _Window(low, max(high, 1))
+            return _Window(low, high)
         width *= 1.3
 
 
@@ -177,7 +176,7 @@ def _rounding_correction(
     p_pos = np.maximum(p, 0.0)
     best = math.inf
     for m in _noise_counts(n, q):
-        rare = n * q * float(binom.sf(m - 1, n - 1, q)) * (1 + 1e-9) if m < n else 0.0
+        rare = n * q * _at_least(m, n - 1, q) * (1 + 1e-9) if m < n else 0.0
         rare_scaled = math.exp(min(math.log(rare + 1e-300) - log_scale, 700.0))
         if m == 0:
             best = min(best, rare_scaled)
@@ -193,6 +192,11 @@ def _rounding_correction(
             outside = math.exp(min(math.log(edge + noise + 1e-300) - log_scale, 700.0))
             best = min(best, inside + outside + rare_scaled)
     return best
+
+
+def _at_least(m: int, trials: int, q: float) -> float:
+    """P(Bin(trials, q) >= m)."""
+    return 1.0 if m <= 0 else float(bdtrc(m - 1, trials, q))
 
 
 def _noise_counts(n: int, q: float) -> list[int]:
