@@ -37,6 +37,8 @@ import time
 import traceback
 from multiprocessing import Pool
 
+from engine_bench import engine_version  # same script folder: one definition for both reports
+
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
@@ -145,21 +147,6 @@ def pct(x: float) -> str:
 
 def fmt_cell(r: dict) -> str:
     return f"eps0={r['eps0']:g}, n=1e{round(math.log10(r['n']))}, delta={r['delta']:g}"
-
-
-def engine_version() -> str:
-    import subprocess
-
-    import tablegen
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(tablegen.__file__)))
-    try:
-        rev = subprocess.run(
-            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        return f"{root} @ {rev}"
-    except (OSError, subprocess.CalledProcessError):
-        return root
 
 
 def degenerate(r: dict) -> bool:
