@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
-from tablegen.engine.search import shrink_bracket
+from tablegen.engine.search import root, shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
 
 RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
@@ -245,7 +244,7 @@ def _guess_eps(q: _Query, delta: float) -> float:
     lo, hi = q.eps0 * 1e-6, q.eps0 * (1 - 1e-6)
     try:
         if log_excess(lo) > 0 > log_excess(hi):
-            return float(brentq(log_excess, lo, hi, rtol=1e-6))
+            return root(log_excess, lo, hi, rtol=1e-6)
     except (ValueError, ZeroDivisionError, FloatingPointError):
         pass
     return 0.5 * q.eps0

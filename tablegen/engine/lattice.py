@@ -21,8 +21,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import logsumexp
+
+from tablegen.engine.search import root
 
 
 @dataclass(frozen=True)
@@ -140,4 +141,4 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     hi = 1.0 / max(1.0, float(pts.max() - pts.min()))
     while tilted_mean(hi) < 0:
         hi *= 2.0
-    return float(brentq(tilted_mean, 0.0, hi, xtol=1e-14 * hi, rtol=1e-12))
+    return root(lambda lam: -tilted_mean(lam), 0.0, hi)

@@ -46,22 +46,10 @@ def shrink_bracket(
     return a, b
 
 
-def expand_until(
-    func: Callable[[float], float], start: float, factor: float, limit: float, want_positive: bool
-) -> tuple[float, float, float, float] | None:
-    """Step x = start * factor^j toward ``limit`` until func changes sign.
+def root(func: Callable[[float], float], a: float, b: float, rtol: float = 1e-10) -> float:
+    """A root of ``func`` in [a, b] where func(a) > 0 >= func(b): the midpoint of the final bracket.
 
-    Returns (x_prev, f_prev, x, f) around the change, or None if ``limit`` is reached first.
+    For estimates only (a saddlepoint, a starting point): no certified value depends on it.
     """
-    x, fx = start, func(start)
-    while (fx > 0) != want_positive:
-        nxt = x * factor
-        if (factor > 1 and nxt >= limit) or (factor < 1 and nxt <= limit):
-            nxt = limit
-        prev, fprev = x, fx
-        x, fx = nxt, func(nxt)
-        if (fx > 0) == want_positive:
-            return prev, fprev, x, fx
-        if x == limit:
-            return None
-    return x, fx, x, fx
+    lo, hi = shrink_bracket(func, a, func(a), b, func(b), rtol, max_evals=200)
+    return 0.5 * (lo + hi)
