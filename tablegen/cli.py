@@ -88,7 +88,6 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str, delta: str | None,
             no_lower: bool, **raw: Any) -> None:
     """Certified eps for --delta (or certified delta for --eps), with the lower bound."""
     from tablegen.engine import delta_bounds, eps_bounds
-    from tablegen.mechanisms.generic import closed_form_eps
 
     try:
         if (delta is None) == (eps is None):
@@ -96,7 +95,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str, delta: str | None,
         params = _params(raw)
         e0, users = _number("eps0", eps0), _number("n", n)
         if mechanism == "generic-closed-form":
-            result = _closed_form(e0, users, delta, params, closed_form_eps)
+            result = _closed_form(e0, users, delta, params)
         elif delta is not None:
             b = eps_bounds(mechanism, eps0=e0, n=users, delta=_number("delta", delta), lower=not no_lower, **params)
             result = {"eps": b.upper, "eps_lower": b.lower, "certified": True}
@@ -109,8 +108,9 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str, delta: str | None,
     _emit(result, as_json)
 
 
-def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any], formula: Any) -> dict[str, Any]:
+def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any]) -> dict[str, Any]:
     from tablegen import validate
+    from tablegen.mechanisms.generic import closed_form_eps
 
     if delta is None:
         raise ValueError("generic-closed-form answers --delta only (Theorem 3.1 gives eps)")
@@ -119,7 +119,7 @@ def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any
     e0 = validate.positive_finite("eps0", eps0)
     users = validate.integer_at_least("n", n, 1)
     d = validate.open_unit("delta", _number("delta", delta))
-    return {"eps": formula(e0, users, d), "eps_lower": None, "certified": True,
+    return {"eps": closed_form_eps(e0, users, d), "eps_lower": None, "certified": True,
             "analysis": "hiding-among-the-clones Theorem 3.1 closed form (reference)"}
 
 
