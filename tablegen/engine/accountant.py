@@ -60,11 +60,12 @@ def delta_of_decomposition(
         return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
     grid = Grid.aligned(values, probs, math.sqrt(AtomLaw(values, probs).variance()) / res)
-    x = _pushed(grid, values, probs, pessimistic)
+    x, anchor_error = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)
-    # S = step (K + shift); the shift's own rounding error is pushed the safe way too
+    # S = step (K + shift); the shift's own rounding error and the anchors' error (kept on the
+    # lattice, so moved into the threshold instead, at most n users) are pushed the safe way
     shift = n * grid.offset / grid.step
-    shift += (1 if pessimistic else -1) * 4 * UNIT_ROUNDOFF * abs(shift)
+    shift += (1 if pessimistic else -1) * (4 * UNIT_ROUNDOFF * abs(shift) + n * anchor_error)
     log_e = log_expected_positive_part(law, n, pessimistic, shift, off_lattice)
     value = math.exp(log_e + math.log(grid.step) - math.log(n)) if log_e > -math.inf else 0.0
     if pessimistic:
@@ -72,19 +73,21 @@ def delta_of_decomposition(
     return value * (1 - FLOAT_SLACK)
 
 
-def _pushed(grid: Grid, values: np.ndarray, probs: np.ndarray, up: bool) -> np.ndarray:
+def _pushed(grid: Grid, values: np.ndarray, probs: np.ndarray, up: bool) -> tuple[np.ndarray, float]:
     """Lattice coordinates moved by their floating-point error bound toward larger (up) or
     smaller G, so the rounded law still dominates (or is dominated by) the exact one.
 
-    The anchors (the two heaviest atoms) are exact by the choice of offset and step: 0 is
-    computed exactly, and the step is by definition the gap divided by the number of cells.
+    The anchors (the two heaviest atoms) stay on the lattice; their error bound (0 for the
+    offset atom, a few ulps for the other) is returned, to be moved into the threshold.
     """
     raw = (values - grid.offset) / grid.step
     x = grid.coordinates(values)
     error = np.abs(x - raw) + 4 * UNIT_ROUNDOFF * np.abs(x)
     anchors = np.argsort(probs)[::-1][:2]
-    error[anchors] = np.where(x[anchors] == np.round(x[anchors]), 0.0, error[anchors])
-    return x + error if up else x - error
+    on_lattice = anchors[x[anchors] == np.round(x[anchors])]
+    anchor_error = float(error[on_lattice].max(initial=0.0))
+    error[on_lattice] = 0.0
+    return (x + error if up else x - error), anchor_error
 
 
 class _Query:
