@@ -137,23 +137,28 @@ def _periodised_law(tilted: LatticeLaw, n: int, window: _Window) -> np.ndarray:
     centre = int(round(tilted.mean()))
     h = np.bincount(np.arange(tilted.pmf.size) % size, tilted.pmf, minlength=size)
     psi = rfft(h)  # sum_k h_k exp(-i theta (k - first))
-    freq = np.arange(psi.size, dtype=np.int64)
+    log_abs_all = np.log(np.maximum(np.abs(psi), 1e-300))
+    # only frequencies with |psi|^n above underflow carry anything: work on those alone
+    live = np.flatnonzero(n * log_abs_all > -800.0)
+    freq = live.astype(np.int64)
+    log_abs = log_abs_all[live]
     # centre the phase: psi_c = sum_k h_k exp(-i theta (k - centre)), exact integer reduction
     shift = (freq * ((centre - tilted.first) % size)) % size
-    psi = psi * np.exp(2j * np.pi * shift / size)
-    log_abs = np.log(np.maximum(np.abs(psi), 1e-300))
-    arg = np.angle(psi)
+    arg = np.angle(psi[live] * np.exp(2j * np.pi * shift / size))
     offset = (freq * ((n * centre - window.low) % size)) % size
     magnitude = np.exp(n * log_abs)
-    spectrum = magnitude * np.exp(1j * (n * arg - 2 * np.pi * offset / size))
+    spectrum = np.zeros(psi.size, dtype=complex)
+    spectrum[live] = magnitude * np.exp(1j * (n * arg - 2 * np.pi * offset / size))
     p = irfft(spectrum, n=size)
-    # error model: |d psi| <= 5 u log2(size) (||h||_1 = 1); power: n |d psi| |psi|^(n-1)
+    # error model: |d psi| <= 5 u log2(size) (||h||_1 = 1); power: n |d psi| |psi|^(n-1);
+    # a dropped frequency has (n-1) log|psi| <= -400, so n |d psi| e^-400 bounds its error
     log2n = math.log2(max(size, 2))
     d_psi = 5 * UNIT_ROUNDOFF * log2n
     d_spec = n * d_psi * np.exp((n - 1) * log_abs) + 4 * UNIT_ROUNDOFF * magnitude * (
         1 + n * np.abs(arg) + 2 * np.pi * offset / size + n * np.abs(log_abs)
     )
-    spec_l2 = math.sqrt(2.0 * float(d_spec @ d_spec))
+    dropped = (psi.size - live.size) * (n * d_psi * math.exp(-400.0)) ** 2
+    spec_l2 = math.sqrt(2.0 * (float(d_spec @ d_spec) + dropped))
     window.fp_l2 = FP_SAFETY * (
         spec_l2 / math.sqrt(size) + 5 * UNIT_ROUNDOFF * log2n * float(np.linalg.norm(p)) + 1e-300
     )
