@@ -20,6 +20,7 @@ MECHANISM_OPTIONS = [
                  "hr, laplace, finite, joint, parallel"),
     click.option("--k", type=str, default=None, help="categories of k-RR (or of a krr base)"),
     click.option("--g", type=str, default=None, help="hash buckets of OLH (default round(e^eps0)+1)"),
+    click.option("--domain", type=str, default=None, help="blh/olh/rappor/oue/hr: finite domain size (exact matrix)"),
     click.option("--delta0", type=str, default=None, help="delta0 of an (eps0, delta0)-LDP randomizer (generic)"),
     click.option("--matrix", type=str, default=None, help="finite: JSON list of rows R[x][y]"),
     click.option("--base", type=str, default=None, help="joint: the base mechanism"),
@@ -38,8 +39,9 @@ def mechanism_options(func: Any) -> Any:
 
 
 def _params(raw: dict[str, Any]) -> dict[str, Any]:
-    params = {k: raw[k] for k in ("k", "g", "delta0", "base", "parts", "bases", "weights") if raw.get(k) is not None}
-    for name in ("k", "g", "parts"):
+    names = ("k", "g", "domain", "delta0", "base", "parts", "bases", "weights")
+    params = {k: raw[k] for k in names if raw.get(k) is not None}
+    for name in ("k", "g", "domain", "parts"):
         if name in params:
             params[name] = _number(name, params[name])
     if "delta0" in params:

@@ -9,6 +9,10 @@ so G = beta - alpha w.p. p, 1 - beta alpha w.p. p, beta - beta alpha w.p. q, 1 -
 and 0 otherwise.  k-RR is Example 4.0 (exact for every k).  OLH with g buckets (BLH is g = 2)
 is derived the same way for a pairwise-independent hash: (h(x0), h(x1)) is uniform on [g]^2.
 
+Finite domain (optional ``domain`` parameter): the exact matrix of the randomizer on that many
+values (``domain.py``; hashing uses the family of all functions [d] -> [g]) bounded by the
+``finite`` machinery, which is tighter than Table 1 for small domains.
+
 Lower bounds: general-clone-fft.txt Theorem 5 for X0 = (x0, x2, ..., x2), X1 = (x1, x2, ...,
 x2): G = (R(x0)(y) - alpha R(x1)(y)) / R(x2)(y), y ~ R(x2).  Hash-based randomizers use a
 3-wise independent hash, RAPPOR/OUE the three coordinates x0, x1, x2 (the others cancel).
@@ -18,10 +22,17 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition, from_pairs
 from tablegen.mechanisms.base import Mechanism, Param
+from tablegen.mechanisms.domain import MAX_OUTPUTS, hadamard_matrix, hash_matrix, unary_matrix
+from tablegen.mechanisms.domain import output_count as domain_outputs
+from tablegen.mechanisms.finite import MAX_INPUTS, finite_lower, finite_upper
 
 PAPER = "Su, Cheng, Wang, general-clone-fft.txt, Table 1, Appendix B and Theorem 5"
 
@@ -153,15 +164,58 @@ def _k(name: str, value: object) -> int:
     return validate.integer_at_least(name, value, 2)
 
 
+def domain_matrix(name: str, eps0: float, domain: int, g: int | None = None) -> np.ndarray:
+    """The randomizer matrix of ``name`` on ``domain`` input values (see ``domain.py``)."""
+    outputs = domain_outputs(name, domain, g)
+    if domain > MAX_INPUTS or outputs > MAX_OUTPUTS:
+        raise ValueError(
+            f"domain={domain} gives {outputs} outputs for {name}; the finite-domain option allows at most "
+            f"{MAX_INPUTS} values and {MAX_OUTPUTS} outputs (omit domain for the domain-free bound)"
+        )
+    if name == "rappor":
+        h = math.exp(eps0 / 2)
+        return unary_matrix(domain, h / (h + 1), 1 / (h + 1))
+    if name == "oue":
+        return unary_matrix(domain, 0.5, 1 / (math.exp(eps0) + 1))
+    if name == "hr":
+        return hadamard_matrix(domain, eps0)
+    return hash_matrix(domain, g or 2, eps0)
+
+
+Bound = Callable[..., list[Decomposition]]
+
+
+def _with_domain(name: str, free: Bound, exact: Bound) -> Bound:
+    """Bounds from ``free`` (domain-free, Table 1) or, given ``domain``, from the exact matrix."""
+
+    def bound(eps0: float, domain: int | None = None, **params: Any) -> list[Decomposition]:
+        if domain is None:
+            return free(eps0, **params)
+        g = params.get("g") or (default_buckets(eps0) if name == "olh" else None)
+        return exact(eps0, domain_matrix(name, eps0, domain, g))
+
+    return bound
+
+
+def _mechanism(
+    name: str, summary: str, reference: str, upper: Bound, lower: Bound, params: dict[str, Param] | None = None
+) -> Mechanism:
+    """A frequency oracle with the optional finite ``domain`` parameter."""
+    params = {**(params or {}), "domain": DOMAIN_PARAM}
+    return Mechanism(name, summary, reference, _with_domain(name, upper, finite_upper),
+                     _with_domain(name, lower, finite_lower), params)
+
+
 K_PARAM = Param(None, _k, "number of categories k, an integer >= 2", required=True)
 G_PARAM = Param(None, _k, "number of hash buckets g >= 2 (default round(e^eps0) + 1)")
+DOMAIN_PARAM = Param(None, _k, "optional finite domain size >= 2: exact optimal decomposition of the matrix")
 
 MECHANISMS = [
     Mechanism("krr", "k-ary randomized response", PAPER + " (Example 4.0)", krr_upper, krr_lower, {"k": K_PARAM}),
-    Mechanism("blh", "binary local hashing", PAPER, blh_upper, blh_lower),
-    Mechanism("olh", "optimal local hashing (g buckets)", PAPER, olh_upper, olh_lower, {"g": G_PARAM}),
-    Mechanism("rappor", "basic RAPPOR (unary encoding, symmetric flips)", PAPER, rappor_upper, rappor_lower),
-    Mechanism("oue", "optimized unary encoding", PAPER, oue_upper, oue_lower),
-    Mechanism("hr", "Hadamard response", PAPER + " (HR behaves as BLH)", blh_upper, blh_lower),
+    _mechanism("blh", "binary local hashing", PAPER, blh_upper, blh_lower),
+    _mechanism("olh", "optimal local hashing (g buckets)", PAPER, olh_upper, olh_lower, {"g": G_PARAM}),
+    _mechanism("rappor", "basic RAPPOR (unary encoding, symmetric flips)", PAPER, rappor_upper, rappor_lower),
+    _mechanism("oue", "optimized unary encoding", PAPER, oue_upper, oue_lower),
+    _mechanism("hr", "Hadamard response", PAPER + " (HR behaves as BLH)", blh_upper, blh_lower),
 ]
 

@@ -34,6 +34,7 @@ from shuffle_reference import (
     unary_lower_law,
 )
 
+from tablegen.engine import delta_bounds
 from tablegen.mechanisms import MECHANISMS, get_mechanism
 
 EPS0S = (0.1, 0.7, 2.0, 5.0)
@@ -328,3 +329,26 @@ def test_laplace_lower_is_a_mean_preserving_contraction(eps0):
             got = expected_positive_part(values, probs, t)
             assert got <= exact + 1e-12, (eps0, eps, t, got, exact)
             assert got >= exact * (1 - 1e-3) - 1e-4, (eps0, eps, t, got, exact)
+
+
+# --------------------------------------------------------------------------- finite-domain option
+
+
+@pytest.mark.parametrize(
+    "name,params", [("blh", {}), ("hr", {}), ("olh", {"g": 3}), ("rappor", {}), ("oue", {})]
+)
+def test_domain_option_is_no_looser_and_approaches_table1(name, params):
+    """Exact small-domain decompositions certify a delta <= the domain-free one (Table 1), and
+    the gap shrinks as the domain grows (DESIGN.md section 1)."""
+    kw = {"eps0": 1.0, "n": 500, "eps": 0.2, "lower": False}
+    free = delta_bounds(name, **kw, **params).upper
+    small = delta_bounds(name, domain=3, **kw, **params).upper
+    large = delta_bounds(name, domain=6, **kw, **params).upper
+    assert small <= large * (1 + 1e-9) and large <= free * (1 + 1e-9)
+
+
+def test_domain_option_rejects_huge_output_spaces():
+    with pytest.raises(ValueError, match="domain"):
+        delta_bounds("rappor", eps0=1.0, n=10, eps=0.1, domain=16)
+    with pytest.raises(ValueError, match="domain"):
+        delta_bounds("oue", eps0=1.0, n=10, eps=0.1, domain=1)
