@@ -147,5 +147,59 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
            "delta": float(delta)}, as_json)
 
 
+@main.command()
+@click.option("--spec", "spec_path", required=True, help="grid spec, e.g. workflows/default.toml")
+@click.option("--out", required=True, help="table to write, e.g. data/default.zarr")
+@click.option("--scheduler", default=None, help="tcp://HOST:PORT of a dask scheduler (default: a local cluster)")
+@click.option("--workers", type=int, default=None, help="local cluster worker processes (default: all cores; "
+              "0: compute in this process without dask)")
+@click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--dry-run", is_flag=True, help="print cells, estimated core-hours and store size; write nothing")
+@click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: curves to time")
+@click.option("--cores", type=int, default=100, show_default=True, help="--dry-run: cores to size the wall time for")
+@click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
+def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, fresh: bool, no_progress: bool,
+          dry_run: bool, sample: int, cores: int, as_json: bool) -> None:
+    """Fill a zarr table of certified eps over a grid spec (resumable; published atomically)."""
+    from tablegen import build as builder
+    from tablegen.spec import load_spec
+
+    try:
+        if workers is not None and workers < 0:
+            raise ValueError(f"--workers must be >= 0, got {workers}")
+        if sample < 1 or cores < 1:
+            raise ValueError("--sample and --cores must be >= 1")
+        spec = load_spec(spec_path)
+        if dry_run:
+            log = (lambda _: None) if as_json else click.echo
+            figures = builder.dry_run(spec, out, sample=sample, cores=cores, log=log)
+            if as_json:
+                click.echo(json.dumps(figures))
+            return
+        builder.build(spec, out, scheduler=scheduler, workers=workers, progress=not no_progress, fresh=fresh,
+                      log=click.echo)
+    except ValueError as exc:
+        _fail(exc)
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.option("--sample", type=int, default=0, show_default=True, help="random curves to recompute live")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed for the sample")
+def verify(store_path: str, sample: int, seed: int) -> None:
+    """Check a table's SHA-256 manifest, chunk checksums and invariants; recompute --sample curves."""
+    from tablegen.verify import verify as check
+
+    if sample < 0:
+        _fail(ValueError(f"--sample must be >= 0, got {sample}"))
+    problems = check(store_path, sample=sample, seed=seed)
+    for problem in problems:
+        click.echo(f"FAIL {problem}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} curves recomputed and equal")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

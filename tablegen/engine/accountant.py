@@ -90,10 +90,13 @@ def _pushed(grid: Grid, values: np.ndarray, probs: np.ndarray, up: bool) -> tupl
     return (x + error if up else x - error), anchor_error
 
 
-class _Query:
+class Query:
     """A validated (mechanism, eps0, n, params) with its decompositions built once."""
 
-    def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any]) -> None:
+    def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any],
+                 resolution: float = RESOLUTION, lower_resolution: float = LOWER_RESOLUTION) -> None:
+        self.resolution = validate.positive_finite("resolution", resolution)
+        self.lower_resolution = validate.positive_finite("lower_resolution", lower_resolution)
         self.mechanism = mechanism if isinstance(mechanism, Mechanism) else get_mechanism(mechanism)
         self.params = self.mechanism.resolve(params)
         self.eps0 = validate.positive_finite("eps0", eps0)
@@ -102,7 +105,7 @@ class _Query:
         self.lower = self.mechanism.lower(self.eps0, **self.params) if self.mechanism.lower else []
 
     def delta_upper(self, eps: float) -> float:
-        base = max(delta_of_decomposition(d, eps, self.n) for d in self.upper)
+        base = max(delta_of_decomposition(d, eps, self.n, resolution=self.resolution) for d in self.upper)
         return base + self.extra_delta(eps)
 
     def extra_delta(self, eps: float) -> float:
@@ -113,13 +116,16 @@ class _Query:
     def delta_lower(self, eps: float) -> float | None:
         if not self.lower:
             return None
-        return max(delta_of_decomposition(d, eps, self.n, pessimistic=False) for d in self.lower)
+        return max(self.delta_of_lower_pair(i, eps) for i in range(len(self.lower)))
+
+    def delta_of_lower_pair(self, index: int, eps: float) -> float:
+        return delta_of_decomposition(self.lower[index], eps, self.n, False, self.lower_resolution)
 
 
 def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, lower: bool = True,
                  **params: Any) -> Bounds:
     """Certified delta at eps (and the lower bound) for n users of ``mechanism``."""
-    q = _Query(mechanism, eps0, n, params)
+    q = Query(mechanism, eps0, n, params)
     eps = validate.nonnegative_finite("eps", eps)
     if eps >= q.eps0 and q.mechanism.extra_delta is None:
         return Bounds(0.0, 0.0 if q.lower else None)
@@ -129,7 +135,7 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
                rtol: float = RTOL, **params: Any) -> Bounds:
     """Certified eps(delta) (smallest certified eps found) and the lower bound."""
-    q = _Query(mechanism, eps0, n, params)
+    q = Query(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
     upper = _eps_upper(q, delta, rtol)
     low = _eps_lower(q, delta, upper, rtol) if (lower and q.lower) else None
@@ -141,10 +147,10 @@ def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rt
     """Largest eps0 (found) whose certified eps at (n, delta) is <= eps: the local budget."""
     eps = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
-    _Query(mechanism, eps, n, params)  # validates mechanism, n and params up front
+    Query(mechanism, eps, n, params)  # validates mechanism, n and params up front
 
     def excess(e0: float) -> float:
-        return _log_ratio(_Query(mechanism, e0, n, params).delta_upper(eps), delta)
+        return _log_ratio(Query(mechanism, e0, n, params).delta_upper(eps), delta)
 
     a, fa = eps, -math.inf  # eps0 = eps is always certified: delta(eps0) = 0
     b = min(EPS0_CAP, 2.0 * eps)
@@ -163,7 +169,7 @@ def _log_ratio(value: float, target: float) -> float:
     return math.log(value / target) if value > 0 else -math.inf
 
 
-def _eps_upper(q: _Query, delta: float, rtol: float) -> float:
+def _eps_upper(q: Query, delta: float, rtol: float) -> float:
     """Upper end of a bracket of the certified curve's crossing of delta, capped at eps0."""
 
     def excess(eps: float) -> float:
@@ -171,8 +177,8 @@ def _eps_upper(q: _Query, delta: float, rtol: float) -> float:
 
     if excess(q.eps0) > 0:
         # only possible with an n * delta0 term: eps0 itself is still certified when delta >= delta0
-        return _trivial_eps0(q, delta)
-    guess = _guess_eps(q, delta)
+        return trivial_eps0(q, delta)
+    guess = guess_eps(q, delta)
     bracket = _bracket(excess, guess, floor=q.eps0 * 1e-9, ceiling=q.eps0)
     if bracket is None:
         return q.eps0 * 1e-9
@@ -180,7 +186,7 @@ def _eps_upper(q: _Query, delta: float, rtol: float) -> float:
     return min(q.eps0, shrink_bracket(excess, a, fa, b, fb, rtol)[1])
 
 
-def _eps_lower(q: _Query, delta: float, eps_upper: float, rtol: float) -> float:
+def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
     """Lower end of a bracket of the lower-bound curve's crossing of delta (0 if none)."""
 
     def excess(eps: float) -> float:
@@ -221,7 +227,7 @@ def _bracket(
         x, fx, step = nxt, fn, step * 3
 
 
-def _trivial_eps0(q: _Query, delta: float) -> float:
+def trivial_eps0(q: Query, delta: float) -> float:
     delta0 = q.params.get("delta0") or 0.0
     if delta >= delta0:
         return q.eps0
@@ -231,7 +237,7 @@ def _trivial_eps0(q: _Query, delta: float) -> float:
     )
 
 
-def _guess_eps(q: _Query, delta: float) -> float:
+def guess_eps(q: Query, delta: float) -> float:
     """Starting point of the search: the Bahadur-Rao approximation of the first upper law."""
     d = q.upper[0]
 

@@ -1,0 +1,261 @@
+"""The table build: one task per (mechanism, eps0, n) curve on a dask.distributed cluster.
+
+``build(spec, out)`` fills the staging store (``store.py``) with every curve not finished yet,
+then assembles the xarray Dataset, publishes it atomically at ``out`` and removes the staging
+store.  Killed at any moment, the same call finishes the table with identical values,
+recomputing only the curves that had no marker.  Each curve is ``engine.curve.eps_curve`` at
+the spec's settings, so a cell equals the engine called directly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tablegen import ENGINE_VERSION, __version__, store
+from tablegen.spec import Spec
+
+REFERENCES = (
+    "Su, Cheng, Wang: general-clone-fft.txt (Theorems 4-5, Table 1); Feldman, McMillan, Talwar: "
+    "hiding-among-the-clones.txt (Theorems 3.1, 3.8); shuffle-eps docs/engine.md"
+)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker needs for one curve (plain data, cheap to ship)."""
+
+    staging: str
+    cell: tuple[int, int, int]
+    family: str
+    params: dict[str, Any]
+    eps0: float
+    n: int
+    deltas: list[float]
+    lower: bool
+    resolution: float
+    lower_resolution: float
+
+
+@dataclass(frozen=True)
+class Report:
+    computed: int
+    skipped: int
+    seconds: float
+
+
+def tasks(spec: Spec, staging: Path, skip: set[tuple[int, int, int]]) -> list[Task]:
+    s = spec.settings
+    return [
+        Task(str(staging), cell, spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
+             int(spec.n[n]), spec.delta.tolist(), spec.wants_lower(e, n), s["resolution"], s["lower_resolution"])
+        for cell in spec.curves() if cell not in skip
+        for r, e, n in [cell]
+    ]
+
+
+def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """The certified eps and lower bounds of one curve (NaN lower bounds where not wanted)."""
+    from tablegen.engine.curve import eps_curve
+
+    curve = eps_curve(task.family, eps0=task.eps0, n=task.n, deltas=task.deltas, lower=task.lower,
+                      resolution=task.resolution, lower_resolution=task.lower_resolution, **task.params)
+    return curve.upper, curve.lower
+
+
+def run_task(task: Task) -> float:
+    """Compute one curve and write it; returns the compute seconds.  Runs on a worker."""
+    start = time.perf_counter()
+    eps, eps_lower = curve_values(task)
+    seconds = time.perf_counter() - start
+    store.write_curve(task.staging, task.cell, eps, eps_lower)
+    return seconds
+
+
+def header(spec: Spec) -> dict[str, Any]:
+    return {
+        "spec": spec.canonical(),
+        "spec_sha256": spec.digest(),
+        "engine_version": ENGINE_VERSION,
+        "package_version": __version__,
+    }
+
+
+def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
+          progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print) -> Report:
+    """Build (or finish building) the table of ``spec`` at ``out``.
+
+    ``scheduler``: address of an existing dask scheduler; None starts a LocalCluster with
+    ``workers`` single-threaded worker processes (default: this machine's cores); workers=0
+    computes in this process without dask.
+    """
+    out = Path(out)
+    if fresh:
+        shutil.rmtree(store.staging_path(out), ignore_errors=True)
+    if _published(out, spec) and not store.staging_path(out).exists():
+        total = len(spec.curves())
+        log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
+        return Report(0, total, 0.0)
+    start = time.perf_counter()
+    staging = store.open_staging(out, header(spec), spec.shape)
+    done = store.finished(staging)
+    todo = tasks(spec, staging, done)
+    log(f"{len(spec.curves())} curves: {len(done)} already finished, {len(todo)} to compute")
+    _execute(todo, scheduler, workers, progress)
+    if store.finished(staging) != set(spec.curves()):
+        raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
+    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out)
+    shutil.rmtree(staging)
+    report = Report(len(todo), len(done), time.perf_counter() - start)
+    log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "
+        f"(already finished) in {report.seconds:.1f} s")
+    return report
+
+
+def _execute(todo: list[Task], scheduler: str | None, workers: int | None, progress: bool) -> None:
+    if not todo:
+        return
+    if scheduler is None and workers == 0:
+        for _ in _bar((run_task(t) for t in todo), len(todo), progress):
+            pass
+        return
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+                               processes=True, dashboard_address=None, silence_logs=40)
+    try:
+        with Client(scheduler or cluster) as client:
+            futures = [client.submit(run_task, t, key=f"curve-{'-'.join(map(str, t.cell))}",
+                                     retries=3, pure=False) for t in todo]
+            for future in _bar(as_completed(futures), len(futures), progress):
+                future.result()  # re-raises a task's error here
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _bar(items: Iterable[Any], total: int, enabled: bool) -> Iterable[Any]:
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, unit="curve", file=sys.stderr, smoothing=0.05)
+
+
+def _published(out: Path, spec: Spec) -> bool:
+    attrs = _root_attributes(out)
+    return attrs.get("spec_sha256") == spec.digest() and attrs.get("engine_version") == ENGINE_VERSION
+
+
+def _root_attributes(out: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((out / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta.get("attributes", {})
+
+
+def _history(spec: Spec, out: Path) -> str:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{now} tablegen build --spec {spec.source} --out {out} (shuffle-eps {__version__})"
+
+
+def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
+    """The published xarray Dataset: variables, coordinates and CF-style attributes."""
+    import xarray as xr
+
+    from tablegen.engine import curve
+    from tablegen.engine.fourier import FOLD_TOLERANCE, FP_SAFETY
+
+    dims = ("mechanism", "eps0", "n", "delta")
+    certification = {
+        "rule": "every eps is >= the exact eps of the analysis named by the mechanism (rounded up)",
+        "eps_ladder_ratio": curve.LADDER,
+        "resolution": spec.settings["resolution"],
+        "lower_resolution": spec.settings["lower_resolution"],
+        "lower_every": spec.settings["lower_every"],
+        "fold_tolerance": FOLD_TOLERANCE,
+        "fp_safety_factor": FP_SAFETY,
+    }
+    ds = xr.Dataset(
+        {
+            "eps": (dims, values["eps"], {
+                "long_name": "certified upper bound on the shuffled eps (eps, delta)-DP",
+                "units": "1", "certified": "upper bound"}),
+            "eps_lower": (dims, values["eps_lower"], {
+                "long_name": "lower bound on the exact eps of the analysis (NaN: not computed)",
+                "units": "1"}),
+        },
+        coords={
+            "mechanism": ("mechanism", np.array([r.label for r in spec.rows], dtype=object),
+                          {"long_name": "local randomizer and its parameters"}),
+            "family": ("mechanism", np.array([r.family for r in spec.rows], dtype=object),
+                       {"long_name": "mechanism family (tablegen registry name)"}),
+            "params": ("mechanism", np.array([json.dumps(r.params, sort_keys=True) for r in spec.rows],
+                                             dtype=object), {"long_name": "family parameters as JSON"}),
+            "eps0": ("eps0", spec.eps0, {"long_name": "local privacy parameter eps0", "units": "1"}),
+            "n": ("n", spec.n.astype(np.int64), {"long_name": "number of users", "units": "1"}),
+            "delta": ("delta", spec.delta, {"long_name": "target delta", "units": "1"}),
+        },
+        attrs={
+            "title": spec.title,
+            "Conventions": "CF-1.10",
+            "institution": "shuffle-eps",
+            "source": f"shuffle-eps {__version__} tablegen, engine {ENGINE_VERSION}",
+            "history": history,
+            "references": REFERENCES,
+            "date_created": history.split(" ", 1)[0],
+            "spec": json.dumps(spec.canonical(), sort_keys=True),
+            "spec_sha256": spec.digest(),
+            "engine_version": ENGINE_VERSION,
+            "certification": json.dumps(certification, sort_keys=True),
+        },
+    )
+    return ds
+
+
+def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: int = 0,
+            log: Callable[[str], None] = print) -> dict[str, float]:
+    """Cells, curves still to compute, estimated core-hours (timed on ``sample`` random curves)
+    and store size; nothing is written."""
+    curves = spec.curves()
+    done = store.finished(store.staging_path(out)) if out else set()
+    todo = [c for c in curves if c not in done]
+    picked = random.Random(seed).sample(todo, min(sample, len(todo))) if todo else []
+    seconds = [_time_curve(t) for t in tasks(spec, Path("/nonexistent"), set(curves) - set(picked))]
+    per_curve = float(np.mean(seconds)) if seconds else 0.0
+    core_hours = per_curve * len(todo) / 3600
+    raw_bytes = 2 * 8 * math.prod(spec.shape)
+    figures = {
+        "cells": math.prod(spec.shape), "curves": len(curves), "curves_to_compute": len(todo),
+        "sampled_curves": len(seconds), "seconds_per_curve": per_curve, "core_hours": core_hours,
+        "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
+    }
+    log(f"{spec.source}: {figures['cells']} cells in {len(curves)} curves "
+        f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
+        f"{len(todo)} to compute")
+    log(f"measured {per_curve:.2f} s per curve on {len(seconds)} random curves -> "
+        f"{core_hours:.2f} core-hours, {figures['wall_hours']:.2f} h on {cores} cores")
+    log(f"store size: {raw_bytes / 1e6:.1f} MB of float64 before compression (zstd, NaN lower bounds "
+        "compress to almost nothing)")
+    return figures
+
+
+def _time_curve(task: Task) -> float:
+    start = time.perf_counter()
+    curve_values(task)
+    return time.perf_counter() - start

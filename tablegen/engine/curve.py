@@ -1,0 +1,154 @@
+"""Certified eps(delta) for a whole delta axis at once: what one table cell-curve costs.
+
+The table needs eps at many deltas for the same (mechanism, eps0, n).  Searching each delta
+to a tight relative tolerance (``eps_bounds``) repeats most of the work, so here every eps is
+taken from a geometric ladder e_j = LADDER**j and the evaluations are shared across deltas:
+
+* upper: the smallest ladder point e_j whose certified delta_upper(e_j) <= delta (each
+  answer was evaluated, so it is certified; rounding to the ladder only makes it larger),
+  capped at eps0;
+* lower: the largest ladder point below it whose lower-bound delta exceeds delta (the true
+  eps is then above it), 0 if none down to the floor.
+
+The answer is therefore within one ladder step (0.2%) of a full search, at a few FFTs per
+delta.  Afterwards the curve is made monotone the safe way: an upper bound certified for a
+smaller delta is also one for a larger delta (cumulative minimum), a lower bound for a larger
+delta also one for a smaller delta.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tablegen import validate
+from tablegen.engine.accountant import LOWER_RESOLUTION, RESOLUTION, Query, guess_eps, trivial_eps0
+from tablegen.mechanisms import Mechanism
+
+LADDER = 1.002  # ratio of consecutive eps values tried
+FLOOR = 1e-9  # smallest eps tried, relative to eps0 (as in eps_bounds)
+MAX_STEPS = 40  # evaluations per delta before taking the best certified point so far
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Certified eps (upper) and lower bounds (NaN where not computed) for each delta."""
+
+    upper: np.ndarray
+    lower: np.ndarray
+    evaluations: int  # upper-bound FFT evaluations
+    lower_evaluations: int
+
+
+def eps_curve(mechanism: str | Mechanism, *, eps0: float, n: int, deltas: Sequence[float],
+              lower: bool = True, resolution: float = RESOLUTION,
+              lower_resolution: float = LOWER_RESOLUTION, **params: Any) -> Curve:
+    """Certified eps(delta) and lower bounds for every delta in ``deltas`` (any order).
+
+    ``resolution`` / ``lower_resolution``: lattice cells per standard deviation of G for the
+    upper / lower bound; any value is certified, larger ones are tighter and slower.
+    """
+    q = Query(mechanism, eps0, n, params, resolution, lower_resolution)
+    targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
+    ladder = _Ladder(q)
+    upper = np.empty_like(targets)
+    low = np.full_like(targets, np.nan)
+    for i in np.argsort(-targets, kind="stable"):  # largest delta (smallest eps) first
+        upper[i], top = ladder.certified(targets[i])
+        if lower and q.lower:
+            low[i] = ladder.lower_bound(targets[i], top)
+    order = np.argsort(targets, kind="stable")
+    upper[order] = np.minimum.accumulate(upper[order])
+    if lower and q.lower:
+        low[order[::-1]] = np.maximum.accumulate(low[order[::-1]])
+    return Curve(upper, low, ladder.evaluations, ladder.lower_evaluations)
+
+
+class _Ladder:
+    """Memoised log delta bounds at ladder points e_j = LADDER**j, j in [floor, top)."""
+
+    def __init__(self, q: Query) -> None:
+        self.q = q
+        self.floor = math.ceil(math.log(q.eps0 * FLOOR) / math.log(LADDER))
+        self.top = math.floor(math.log(q.eps0) / math.log(LADDER))  # e_top <= eps0
+        self.log_upper: dict[int, float] = {}
+        self.log_lower: dict[tuple[int, int], float] = {}
+        self.evaluations = 0
+        self.drift = 0  # ladder steps between the last answer and its Bahadur-Rao guess
+        self.lower_drift = -1  # ladder steps from the last upper answer down to its lower bound
+        self.lower_evaluations = 0
+        self.lower_pair = 0  # the pair that certified the last lower bound is tried first
+
+    @staticmethod
+    def eps(j: int) -> float:
+        return math.exp(j * math.log(LADDER))
+
+    def upper_at(self, j: int) -> float:
+        if j not in self.log_upper:
+            self.evaluations += 1
+            self.log_upper[j] = _log(self.q.delta_upper(self.eps(j)))
+        return self.log_upper[j]
+
+    def lower_exceeds(self, j: int, log_delta: float) -> bool:
+        """Whether some lower-bound pair's delta at e_j exceeds delta (short-circuit)."""
+        for pair in sorted(range(len(self.q.lower)), key=lambda p: p != self.lower_pair):
+            if (j, pair) not in self.log_lower:
+                self.lower_evaluations += 1
+                value = self.q.delta_of_lower_pair(pair, self.eps(j))
+                self.log_lower[(j, pair)] = _log(value)
+            if self.log_lower[(j, pair)] > log_delta:
+                self.lower_pair = pair
+                return True
+        return False
+
+    def certified(self, delta: float) -> tuple[float, int]:
+        """(certified eps, its ladder index) for ``delta``; eps0 when no ladder point below works."""
+        if self.q.mechanism.extra_delta is not None and self.q.delta_upper(self.q.eps0) > delta:
+            return trivial_eps0(self.q, delta), self.top + 1
+        log_delta = math.log(delta)
+        guess = self._index(guess_eps(self.q, delta))
+        b = _first_nonpositive(lambda j: self.upper_at(j) - log_delta, guess + self.drift,
+                               self.floor, self.top + 1)
+        self.drift = b - guess  # the guess's error at this delta predicts the next one's
+        return (self.q.eps0, b) if b > self.top else (min(self.q.eps0, self.eps(b)), b)
+
+    def lower_bound(self, delta: float, above: int) -> float:
+        """Largest ladder eps below index ``above`` where a lower pair's delta exceeds ``delta``."""
+        log_delta = math.log(delta)
+        b = _first_nonpositive(lambda j: 1.0 if self.lower_exceeds(j, log_delta) else -1.0,
+                               above + self.lower_drift, self.floor, above)
+        self.lower_drift = b - 1 - above
+        return self.eps(b - 1) if b - 1 >= self.floor else 0.0
+
+    def _index(self, eps: float) -> int:
+        return min(self.top, max(self.floor, round(math.log(eps) / math.log(LADDER))))
+
+
+def _first_nonpositive(excess: Callable[[int], float], start: int, lo: int, hi: int) -> int:
+    """Smallest j in [lo, hi] with excess(j) <= 0, excess(hi) <= 0 assumed (not evaluated):
+    growing steps from ``start`` until bracketed, then bisection.
+
+    ``excess`` need not be monotone: the index returned always has excess <= 0 (or is hi),
+    which is all certification needs; monotonicity only makes it the smallest.
+    """
+    a, b = lo - 1, hi  # excess(a) > 0 (a = lo - 1 virtual), excess(b) <= 0
+    j, step = min(max(start, lo), hi - 1), 1
+    for _ in range(MAX_STEPS):
+        if b - a <= 1:
+            break
+        if excess(j) > 0:
+            a, j = j, j + step
+        else:
+            b, j = j, j - step
+        step *= 2
+        if not a < j < b:
+            j = (a + b) // 2
+    return b
+
+
+def _log(value: float) -> float:
+    return math.log(value) if value > 0 else -math.inf

@@ -1,0 +1,239 @@
+"""Grid specs (``workflows/*.toml``): which curves a table holds, validated before any work.
+
+A spec names the mechanisms (a family with lists of parameter values, expanded into one
+table row per combination), the eps0, n and delta axes and the engine settings::
+
+    title = "..."
+    [axes]
+    eps0 = [0.05, 0.1, 0.2]                          # explicit, strictly ascending
+    n = {start = 1e2, stop = 1e8, per_decade = 4}    # geometric, rounded to integers
+    delta = {start = 1e-12, stop = 1e-3, per_decade = 1}
+    [settings]                                       # all optional
+    resolution = 8            # lattice cells per sd of G, upper bound
+    lower_resolution = 15     # the same for the lower bound
+    lower_every = [1, 1]      # lower bound on every i-th eps0 and j-th n (NaN elsewhere)
+    [[mechanism]]
+    family = "krr"
+    k = [2, 3, 4]
+
+Every error names the file, the key and the reason (``SpecError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tablegen.engine.accountant import LOWER_RESOLUTION, RESOLUTION
+from tablegen.mechanisms import get_mechanism
+
+AXES = ("eps0", "n", "delta")
+MAX_PER_DECADE = 1000
+
+
+class SpecError(ValueError):
+    """A spec that cannot be built; the message names the file, key and reason."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One mechanism row of a table: family name, its parameters, and a label."""
+
+    family: str
+    params: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return " ".join([self.family, *(f"{k}={v}" for k, v in sorted(self.params.items()))])
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated grid spec."""
+
+    title: str
+    rows: list[Row]
+    eps0: np.ndarray
+    n: np.ndarray
+    delta: np.ndarray
+    settings: dict[str, Any] = field(default_factory=dict)
+    source: str = "<spec>"
+
+    def canonical(self) -> dict[str, Any]:
+        """JSON-ready content (what the hash covers)."""
+        return {
+            "title": self.title,
+            "mechanisms": [{"family": r.family, **r.params} for r in self.rows],
+            "eps0": self.eps0.tolist(),
+            "n": self.n.tolist(),
+            "delta": self.delta.tolist(),
+            "settings": self.settings,
+        }
+
+    def digest(self) -> str:
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.rows), self.eps0.size, self.n.size, self.delta.size)
+
+    def curves(self) -> list[tuple[int, int, int]]:
+        """(row, eps0, n) indices: one task each."""
+        return list(itertools.product(*(range(s) for s in self.shape[:3])))
+
+    def wants_lower(self, i_eps0: int, i_n: int) -> bool:
+        every_eps0, every_n = self.settings["lower_every"]
+        return i_eps0 % every_eps0 == 0 and i_n % every_n == 0
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Parse and validate a TOML spec; SpecError naming the file, key and reason."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML: {err}") from None
+    return spec_from_dict(raw, str(path))
+
+
+def spec_from_dict(raw: dict[str, Any], source: str = "<spec>") -> Spec:
+    """Validate a parsed spec (see the module docstring for the keys)."""
+    def fail(key: str, reason: str) -> SpecError:
+        return SpecError(f"{source}: {key}: {reason}")
+
+    unknown = set(raw) - {"title", "axes", "settings", "mechanism"}
+    if unknown:
+        raise fail(sorted(unknown)[0], "unknown key (allowed: title, axes, settings, mechanism)")
+    axes = raw.get("axes")
+    if not isinstance(axes, dict):
+        raise fail("axes", "missing [axes] table with eps0, n and delta")
+    values = {name: _axis(axes.get(name), f"axes.{name}", fail) for name in AXES}
+    _check_domain(values, fail)
+    settings = _settings(raw.get("settings", {}), fail)
+    rows = _rows(raw.get("mechanism"), values["eps0"], fail)
+    return Spec(str(raw.get("title", "shuffle-eps table")), rows, values["eps0"], values["n"],
+                values["delta"], settings, source)
+
+
+def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
+    if value is None:
+        raise fail(key, "missing axis")
+    if isinstance(value, dict):
+        axis = _geometric(value, key, fail)
+    elif isinstance(value, list):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise fail(key, "axis values must be numbers")
+        axis = np.asarray(value, dtype=float)
+    else:
+        raise fail(key, "an axis is a list of numbers or {start, stop, per_decade}")
+    if axis.size == 0:
+        raise fail(key, "empty axis")
+    if not np.all(np.isfinite(axis)):
+        raise fail(key, "axis values must be finite")
+    if np.any(np.diff(axis) <= 0):
+        raise fail(key, "axis must be strictly ascending")
+    return axis
+
+
+def _geometric(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
+    if set(value) != {"start", "stop", "per_decade"}:
+        raise fail(key, "a geometric axis has exactly the keys start, stop, per_decade")
+    start, stop, per_decade = (value[k] for k in ("start", "stop", "per_decade"))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop, per_decade)):
+        raise fail(key, "start, stop and per_decade must be numbers")
+    if not (0 < start < stop and math.isfinite(stop)):
+        raise fail(key, f"need 0 < start < stop, got start={start}, stop={stop}")
+    if not (0 < per_decade <= MAX_PER_DECADE):
+        raise fail(key, f"per_decade must be in (0, {MAX_PER_DECADE}], got {per_decade}")
+    count = math.floor(per_decade * math.log10(stop / start) + 1e-9)
+    axis = start * 10.0 ** (np.arange(count + 1) / per_decade)
+    return axis if axis[-1] >= stop * (1 - 1e-12) else np.append(axis, float(stop))
+
+
+def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:
+    if values["eps0"][0] <= 0:
+        raise fail("axes.eps0", f"eps0 must be > 0, got {values['eps0'][0]}")
+    n = np.round(values["n"])
+    if n[0] < 1:
+        raise fail("axes.n", f"n must be >= 1, got {values['n'][0]}")
+    values["n"] = np.unique(n)
+    delta = values["delta"]
+    if delta[0] <= 0 or delta[-1] >= 1:
+        raise fail("axes.delta", f"delta must be in (0, 1), got range [{delta[0]}, {delta[-1]}]")
+
+
+def _settings(raw: Any, fail: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise fail("settings", "must be a table")
+    allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1]}
+    unknown = set(raw) - set(allowed)
+    if unknown:
+        raise fail(f"settings.{sorted(unknown)[0]}", f"unknown setting (allowed: {', '.join(allowed)})")
+    settings = {**allowed, **raw}
+    for name in ("resolution", "lower_resolution"):
+        value = settings[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1000:
+            raise fail(f"settings.{name}", f"must be a number in [1, 1000], got {value!r}")
+        settings[name] = float(value)
+    every = settings["lower_every"]
+    if not (isinstance(every, list) and len(every) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in every)):
+        raise fail("settings.lower_every", f"must be two integers >= 1 (eps0, n strides), got {every!r}")
+    return settings
+
+
+def _rows(raw: Any, eps0: np.ndarray, fail: Any) -> list[Row]:
+    if not isinstance(raw, list) or not raw:
+        raise fail("mechanism", "at least one [[mechanism]] entry with a family")
+    rows: list[Row] = []
+    for i, entry in enumerate(raw):
+        key = f"mechanism[{i}]"
+        if not isinstance(entry, dict) or "family" not in entry:
+            raise fail(key, "needs a family, e.g. family = \"krr\"")
+        for row in _expand(entry, key, fail):
+            _check_row(row, eps0, f"{key} ({row.label})", fail)
+            if any(r.label == row.label for r in rows):
+                raise fail(key, f"duplicate mechanism row {row.label!r}")
+            rows.append(row)
+    return rows
+
+
+def _expand(entry: dict[str, Any], key: str, fail: Any) -> list[Row]:
+    family = entry["family"]
+    try:
+        get_mechanism(family)
+    except ValueError as err:
+        raise fail(f"{key}.family", str(err)) from None
+    names = sorted(k for k in entry if k != "family")
+    choices = []
+    for name in names:
+        value = entry[name]
+        options = value if isinstance(value, list) else [value]
+        if not options:
+            raise fail(f"{key}.{name}", "empty parameter list")
+        choices.append(options)
+    return [Row(family, dict(zip(names, combo, strict=True))) for combo in itertools.product(*choices)]
+
+
+def _check_row(row: Row, eps0: np.ndarray, key: str, fail: Any) -> None:
+    """Resolve the parameters and build the decompositions at both ends of the eps0 axis."""
+    mechanism = get_mechanism(row.family)
+    try:
+        params = mechanism.resolve(row.params)
+        for e0 in (float(eps0[0]), float(eps0[-1])):
+            mechanism.upper(e0, **params)
+            if mechanism.lower:
+                mechanism.lower(e0, **params)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise fail(key, str(err)) from None

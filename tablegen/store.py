@@ -1,0 +1,206 @@
+"""Table stores on disk: the resumable staging store, the published zarr store, its manifest.
+
+Staging (``OUT.staging/``, next to the output so renames stay on one file system):
+
+* ``spec.json``: the canonical spec, its SHA-256 and the engine version; a staging store is
+  only resumed by the same spec and engine;
+* ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
+  curve with a crc32c checksum, written by the workers (region writes of whole chunks);
+* ``done/R_E_N``: an empty marker written after both chunks of a curve.  A curve counts as
+  finished only through its marker, so a kill at any moment loses at most the curves being
+  written, and a torn chunk is simply recomputed.
+
+Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
+certification settings), chunked per mechanism row, zstd + crc32c on every chunk, metadata
+consolidated once, and ``MANIFEST.sha256`` (``sha256sum -c`` format) over every other file.
+It is written beside ``OUT``, verified, and swapped in with one atomic rename.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MANIFEST = "MANIFEST.sha256"
+CELLS = "cells.zarr"
+VARIABLES = ("eps", "eps_lower")
+
+
+class StoreError(ValueError):
+    """A store that is missing, corrupted, or from another spec."""
+
+
+def staging_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".staging")
+
+
+def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]) -> Path:
+    """Create (or reopen, if started by the same spec and engine) the staging store of ``out``."""
+    import zarr
+    from zarr.codecs import BytesCodec, Crc32cCodec
+
+    staging = staging_path(out)
+    spec_file = staging / "spec.json"
+    if spec_file.exists():
+        old = json.loads(spec_file.read_text())
+        keys = ("spec_sha256", "engine_version")
+        if any(old.get(k) != header[k] for k in keys):
+            raise StoreError(
+                f"{staging} was started by another spec or engine version "
+                f"(spec {old.get('spec_sha256', '?')[:12]}, engine {old.get('engine_version')}); "
+                "remove it or pass --fresh to start over"
+            )
+        return staging
+    (staging / "done").mkdir(parents=True, exist_ok=True)
+    group = zarr.open_group(staging / CELLS, mode="w", zarr_format=3)
+    for name in VARIABLES:
+        group.create_array(name, shape=shape, chunks=(1, 1, 1, shape[3]), dtype="f8",
+                           fill_value=np.nan, serializer=BytesCodec(), compressors=[Crc32cCodec()])
+    _atomic_write(spec_file, json.dumps(header, indent=1, sort_keys=True))
+    return staging
+
+
+def finished(staging: Path) -> set[tuple[int, int, int]]:
+    """The curves whose marker exists."""
+    done = staging / "done"
+    if not done.is_dir():
+        return set()
+    return {tuple(int(p) for p in name.split("_")) for name in os.listdir(done)}  # type: ignore[misc]
+
+
+def write_curve(staging: str | Path, cell: tuple[int, int, int], eps: np.ndarray, eps_lower: np.ndarray) -> None:
+    """Region-write one curve (both chunks), then its marker."""
+    import zarr
+
+    staging = Path(staging)
+    r, e, n = cell
+    for name, values in zip(VARIABLES, (eps, eps_lower), strict=True):
+        array = zarr.open_array(staging / CELLS / name, mode="r+")
+        array[r, e, n, :] = values
+    marker = staging / "done" / f"{r}_{e}_{n}"
+    marker.touch()
+
+
+def read_staging(staging: Path) -> dict[str, np.ndarray]:
+    import zarr
+
+    group = zarr.open_group(staging / CELLS, mode="r")
+    return {name: group[name][...] for name in VARIABLES}
+
+
+def publish(dataset: Any, out: str | Path) -> None:
+    """Write ``dataset`` beside ``out``, add the manifest, verify, and swap it in atomically."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    out = Path(out)
+    tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    encoding = {}
+    for name, var in dataset.variables.items():
+        chunks = (1, *var.shape[1:]) if var.dims and var.dims[0] == "mechanism" and var.ndim > 1 else var.shape
+        encoding[name] = {"compressors": [ZstdCodec(level=9), Crc32cCodec()], "chunks": chunks}
+    with warnings.catch_warnings():
+        # zarr warns that consolidated metadata is not (yet) in the v3 spec; we consolidate on purpose
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        dataset.to_zarr(tmp, mode="w-", encoding=encoding, consolidated=True, zarr_format=3)
+    write_manifest(tmp)
+    problems = check_manifest(tmp) + check_chunks(tmp)
+    if problems:
+        shutil.rmtree(tmp)
+        raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
+    _swap_into_place(tmp, out)
+
+
+def write_manifest(store: Path) -> None:
+    lines = [f"{_sha256(store / rel)}  {rel}" for rel in _files(store)]
+    _atomic_write(store / MANIFEST, "\n".join(lines) + "\n")
+
+
+def check_manifest(store: str | Path) -> list[str]:
+    """Problems found comparing every file of ``store`` with its SHA-256 manifest."""
+    store = Path(store)
+    manifest = store / MANIFEST
+    if not manifest.is_file():
+        return [f"{store}: no {MANIFEST} (not a published table?)"]
+    listed: dict[str, str] = {}
+    for line in manifest.read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    problems = []
+    present = set(_files(store))
+    for rel in sorted(present - set(listed)):
+        problems.append(f"{rel}: file not in the manifest")
+    for rel, digest in sorted(listed.items()):
+        if rel not in present:
+            problems.append(f"{rel}: listed in the manifest but missing")
+        elif _sha256(store / rel) != digest:
+            problems.append(f"{rel}: SHA-256 does not match the manifest")
+    return problems
+
+
+def check_chunks(store: str | Path) -> list[str]:
+    """Decode every chunk of every array (the crc32c codec checks each one)."""
+    import zarr
+
+    problems = []
+    group = zarr.open_group(store, mode="r")
+    for name, array in group.arrays():
+        for index in np.ndindex(*array.cdata_shape):
+            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, array.chunks, strict=True))
+            try:
+                array[region]
+            except Exception as err:  # noqa: BLE001 - any decode failure is a corrupted chunk
+                problems.append(f"{name} chunk {index}: {type(err).__name__}: {err}")
+    return problems
+
+
+def _files(store: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST
+    )
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _swap_into_place(new: Path, out: Path) -> None:
+    """Make ``new`` appear at ``out`` in one step; readers see the old or the new table."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    if _exchange(new, out):
+        shutil.rmtree(new)  # now holds the old table
+        return
+    old = out.with_name(out.name + f".old-{os.getpid()}")  # no renameat2: two renames
+    os.rename(out, old)
+    os.rename(new, out)
+    shutil.rmtree(old)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return result == 0
