@@ -9,6 +9,7 @@ the spec's settings, so a cell equals the engine called directly.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ import numpy as np
 from tablegen import ENGINE_VERSION, __version__, store
 from tablegen.spec import Spec
 
+IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
 REFERENCES = (
     "Su, Cheng, Wang: general-clone-fft.txt (Theorems 4-5, Table 1); Feldman, McMillan, Talwar: "
     "hiding-among-the-clones.txt (Theorems 3.1, 3.8); shuffle-eps docs/engine.md"
@@ -56,14 +58,11 @@ class Report:
     seconds: float
 
 
-def tasks(spec: Spec, staging: Path, skip: set[tuple[int, int, int]]) -> list[Task]:
+def task(spec: Spec, staging: Path, cell: tuple[int, int, int]) -> Task:
+    r, e, n = cell
     s = spec.settings
-    return [
-        Task(str(staging), cell, spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
-             int(spec.n[n]), spec.delta.tolist(), spec.wants_lower(e, n), s["resolution"], s["lower_resolution"])
-        for cell in spec.curves() if cell not in skip
-        for r, e, n in [cell]
-    ]
+    return Task(str(staging), cell, spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
+                int(spec.n[n]), spec.delta.tolist(), spec.wants_lower(e, n), s["resolution"], s["lower_resolution"])
 
 
 def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
@@ -104,31 +103,32 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     out = Path(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
+    total = spec.curve_count
     if _published(out, spec) and not store.staging_path(out).exists():
-        total = len(spec.curves())
         log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
         return Report(0, total, 0.0)
     start = time.perf_counter()
     staging = store.open_staging(out, header(spec), spec.shape)
     done = store.finished(staging)
-    todo = tasks(spec, staging, done)
-    log(f"{len(spec.curves())} curves: {len(done)} already finished, {len(todo)} to compute")
-    _execute(todo, scheduler, workers, progress)
-    if store.finished(staging) != set(spec.curves()):
+    todo = (task(spec, staging, cell) for cell in spec.curves() if cell not in done)
+    log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute")
+    _execute(todo, total - len(done), scheduler, workers, progress)
+    if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
     store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out)
     shutil.rmtree(staging)
-    report = Report(len(todo), len(done), time.perf_counter() - start)
+    report = Report(total - len(done), len(done), time.perf_counter() - start)
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "
         f"(already finished) in {report.seconds:.1f} s")
     return report
 
 
-def _execute(todo: list[Task], scheduler: str | None, workers: int | None, progress: bool) -> None:
-    if not todo:
+def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: int | None,
+             progress: bool) -> None:
+    if count == 0:
         return
     if scheduler is None and workers == 0:
-        for _ in _bar((run_task(t) for t in todo), len(todo), progress):
+        for _ in _bar((run_task(t) for t in todo), count, progress):
             pass
         return
     from distributed import Client, LocalCluster, as_completed
@@ -136,13 +136,20 @@ def _execute(todo: list[Task], scheduler: str | None, workers: int | None, progr
     cluster = None
     if scheduler is None:
         cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-                               processes=True, dashboard_address=None, silence_logs=40)
+                               processes=True, dashboard_address=":0", silence_logs=40)
     try:
         with Client(scheduler or cluster) as client:
-            futures = [client.submit(run_task, t, key=f"curve-{'-'.join(map(str, t.cell))}",
-                                     retries=3, pure=False) for t in todo]
-            for future in _bar(as_completed(futures), len(futures), progress):
+            # a bounded window of tasks in flight: a cluster spec has millions of curves
+            window = IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
+
+            def submit(t: Task) -> Any:
+                return client.submit(run_task, t, key=f"curve-{'-'.join(map(str, t.cell))}", retries=3, pure=False)
+
+            running = as_completed([submit(t) for t in itertools.islice(todo, window)])
+            for future in _bar(running, count, progress):
                 future.result()  # re-raises a task's error here
+                for t in itertools.islice(todo, 1):
+                    running.add(submit(t))
     finally:
         if cluster is not None:
             cluster.close()
@@ -188,6 +195,7 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
         "resolution": spec.settings["resolution"],
         "lower_resolution": spec.settings["lower_resolution"],
         "lower_every": spec.settings["lower_every"],
+        "lower_n_max": spec.settings["lower_n_max"],
         "fold_tolerance": FOLD_TOLERANCE,
         "fp_safety_factor": FP_SAFETY,
     }
@@ -232,22 +240,22 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
             log: Callable[[str], None] = print) -> dict[str, float]:
     """Cells, curves still to compute, estimated core-hours (timed on ``sample`` random curves)
     and store size; nothing is written."""
-    curves = spec.curves()
+    total = spec.curve_count
     done = store.finished(store.staging_path(out)) if out else set()
-    todo = [c for c in curves if c not in done]
-    picked = random.Random(seed).sample(todo, min(sample, len(todo))) if todo else []
-    seconds = [_time_curve(t) for t in tasks(spec, Path("/nonexistent"), set(curves) - set(picked))]
+    todo = total - len(done)
+    picked = [spec.curve(i) for i in random.Random(seed).sample(range(total), min(sample, total))]
+    seconds = [_time_curve(task(spec, Path("/nonexistent"), cell)) for cell in picked]
     per_curve = float(np.mean(seconds)) if seconds else 0.0
-    core_hours = per_curve * len(todo) / 3600
+    core_hours = per_curve * todo / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {
-        "cells": math.prod(spec.shape), "curves": len(curves), "curves_to_compute": len(todo),
+        "cells": math.prod(spec.shape), "curves": total, "curves_to_compute": todo,
         "sampled_curves": len(seconds), "seconds_per_curve": per_curve, "core_hours": core_hours,
         "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
     }
-    log(f"{spec.source}: {figures['cells']} cells in {len(curves)} curves "
+    log(f"{spec.source}: {figures['cells']} cells in {total} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
-        f"{len(todo)} to compute")
+        f"{todo} to compute")
     log(f"measured {per_curve:.2f} s per curve on {len(seconds)} random curves -> "
         f"{core_hours:.2f} core-hours, {figures['wall_hours']:.2f} h on {cores} cores")
     log(f"store size: {raw_bytes / 1e6:.1f} MB of float64 before compression (zstd, NaN lower bounds "

@@ -6,12 +6,15 @@ table row per combination), the eps0, n and delta axes and the engine settings::
     title = "..."
     [axes]
     eps0 = [0.05, 0.1, 0.2]                          # explicit, strictly ascending
-    n = {start = 1e2, stop = 1e8, per_decade = 4}    # geometric, rounded to integers
+    n = {start = 1e2, stop = 1e8, per_decade = 4}    # geometric (n is rounded to integers)
     delta = {start = 1e-12, stop = 1e-3, per_decade = 1}
+    # or segments, geometric and linear ({start, stop, step}), joined in order:
+    # eps0 = [{start = 0.05, stop = 1, per_decade = 20}, {start = 1.1, stop = 8, step = 0.1}]
     [settings]                                       # all optional
     resolution = 8            # lattice cells per sd of G, upper bound
     lower_resolution = 15     # the same for the lower bound
     lower_every = [1, 1]      # lower bound on every i-th eps0 and j-th n (NaN elsewhere)
+    lower_n_max = 1e6         # ... and only up to this n (default: no limit; costs most at large n)
     [[mechanism]]
     family = "krr"
     k = [2, 3, 4]
@@ -26,6 +29,7 @@ import itertools
 import json
 import math
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ from tablegen.mechanisms import get_mechanism
 
 AXES = ("eps0", "n", "delta")
 MAX_PER_DECADE = 1000
+MAX_POINTS = 100_000
 
 
 class SpecError(ValueError):
@@ -86,13 +91,28 @@ class Spec:
     def shape(self) -> tuple[int, int, int, int]:
         return (len(self.rows), self.eps0.size, self.n.size, self.delta.size)
 
-    def curves(self) -> list[tuple[int, int, int]]:
-        """(row, eps0, n) indices: one task each."""
-        return list(itertools.product(*(range(s) for s in self.shape[:3])))
+    @property
+    def curve_count(self) -> int:
+        return math.prod(self.shape[:3])
+
+    def curve(self, index: int) -> tuple[int, int, int]:
+        """The (row, eps0, n) indices of curve number ``index`` (row-major)."""
+        r, e, n = np.unravel_index(index, self.shape[:3])
+        return int(r), int(e), int(n)
+
+    def curves(self) -> Iterator[tuple[int, int, int]]:
+        """(row, eps0, n) indices, one task each, lazily (a cluster spec has millions)."""
+        return itertools.product(*(range(s) for s in self.shape[:3]))
 
     def wants_lower(self, i_eps0: int, i_n: int) -> bool:
-        every_eps0, every_n = self.settings["lower_every"]
-        return i_eps0 % every_eps0 == 0 and i_n % every_n == 0
+        return wants_lower(self.settings, i_eps0, i_n, float(self.n[i_n]))
+
+
+def wants_lower(settings: dict[str, Any], i_eps0: int, i_n: int, n: float) -> bool:
+    """Whether the curve at (eps0 index, n index, n) gets lower bounds under ``settings``."""
+    every_eps0, every_n = settings["lower_every"]
+    n_max = settings.get("lower_n_max")
+    return i_eps0 % every_eps0 == 0 and i_n % every_n == 0 and (n_max is None or n <= n_max)
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -130,13 +150,16 @@ def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
     if value is None:
         raise fail(key, "missing axis")
     if isinstance(value, dict):
-        axis = _geometric(value, key, fail)
+        axis = _segment(value, key, fail)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        axis = np.concatenate([_segment(v, f"{key}[{i}]", fail) for i, v in enumerate(value)])
     elif isinstance(value, list):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise fail(key, "axis values must be numbers")
         axis = np.asarray(value, dtype=float)
     else:
-        raise fail(key, "an axis is a list of numbers or {start, stop, per_decade}")
+        raise fail(key, "an axis is a list of numbers, {start, stop, per_decade}, {start, stop, step} "
+                   "or a list of such segments")
     if axis.size == 0:
         raise fail(key, "empty axis")
     if not np.all(np.isfinite(axis)):
@@ -146,18 +169,25 @@ def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
     return axis
 
 
-def _geometric(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
-    if set(value) != {"start", "stop", "per_decade"}:
-        raise fail(key, "a geometric axis has exactly the keys start, stop, per_decade")
-    start, stop, per_decade = (value[k] for k in ("start", "stop", "per_decade"))
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop, per_decade)):
-        raise fail(key, "start, stop and per_decade must be numbers")
+def _segment(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
+    """Geometric {start, stop, per_decade} or linear {start, stop, step}; stop is included."""
+    kind = "per_decade" if "per_decade" in value else "step"
+    if set(value) != {"start", "stop", kind}:
+        raise fail(key, "a segment has exactly the keys start, stop and per_decade (geometric) or step (linear)")
+    start, stop, density = (value[k] for k in ("start", "stop", kind))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop, density)):
+        raise fail(key, f"start, stop and {kind} must be numbers")
     if not (0 < start < stop and math.isfinite(stop)):
         raise fail(key, f"need 0 < start < stop, got start={start}, stop={stop}")
-    if not (0 < per_decade <= MAX_PER_DECADE):
-        raise fail(key, f"per_decade must be in (0, {MAX_PER_DECADE}], got {per_decade}")
-    count = math.floor(per_decade * math.log10(stop / start) + 1e-9)
-    axis = start * 10.0 ** (np.arange(count + 1) / per_decade)
+    if kind == "per_decade":
+        if not 0 < density <= MAX_PER_DECADE:
+            raise fail(key, f"per_decade must be in (0, {MAX_PER_DECADE}], got {density}")
+        count = math.floor(density * math.log10(stop / start) + 1e-9)
+        axis = start * 10.0 ** (np.arange(count + 1) / density)
+    else:
+        if not (0 < density and (stop - start) / density <= MAX_POINTS):
+            raise fail(key, f"step must be > 0 with at most {MAX_POINTS} points, got step={density}")
+        axis = start + density * np.arange(math.floor((stop - start) / density + 1e-9) + 1)
     return axis if axis[-1] >= stop * (1 - 1e-12) else np.append(axis, float(stop))
 
 
@@ -176,7 +206,8 @@ def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:
 def _settings(raw: Any, fail: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise fail("settings", "must be a table")
-    allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1]}
+    allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1],
+               "lower_n_max": None}
     unknown = set(raw) - set(allowed)
     if unknown:
         raise fail(f"settings.{sorted(unknown)[0]}", f"unknown setting (allowed: {', '.join(allowed)})")
@@ -186,6 +217,11 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1000:
             raise fail(f"settings.{name}", f"must be a number in [1, 1000], got {value!r}")
         settings[name] = float(value)
+    n_max = settings["lower_n_max"]
+    if n_max is not None:
+        if isinstance(n_max, bool) or not isinstance(n_max, (int, float)) or not n_max >= 1:
+            raise fail("settings.lower_n_max", f"must be a number >= 1, got {n_max!r}")
+        settings["lower_n_max"] = float(n_max)
     every = settings["lower_every"]
     if not (isinstance(every, list) and len(every) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in every)):

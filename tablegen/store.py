@@ -6,7 +6,7 @@ Staging (``OUT.staging/``, next to the output so renames stay on one file system
   only resumed by the same spec and engine;
 * ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
   curve with a crc32c checksum, written by the workers (region writes of whole chunks);
-* ``done/R_E_N``: an empty marker written after both chunks of a curve.  A curve counts as
+* ``done/R_E/N``: an empty marker written after both chunks of a curve.  A curve counts as
   finished only through its marker, so a kill at any moment loses at most the curves being
   written, and a torn chunk is simply recomputed.
 
@@ -74,7 +74,11 @@ def finished(staging: Path) -> set[tuple[int, int, int]]:
     done = staging / "done"
     if not done.is_dir():
         return set()
-    return {tuple(int(p) for p in name.split("_")) for name in os.listdir(done)}  # type: ignore[misc]
+    cells = set()
+    for row_eps0 in os.listdir(done):
+        r, e = (int(i) for i in row_eps0.split("_"))
+        cells.update((r, e, int(n)) for n in os.listdir(done / row_eps0))
+    return cells
 
 
 def write_curve(staging: str | Path, cell: tuple[int, int, int], eps: np.ndarray, eps_lower: np.ndarray) -> None:
@@ -86,7 +90,8 @@ def write_curve(staging: str | Path, cell: tuple[int, int, int], eps: np.ndarray
     for name, values in zip(VARIABLES, (eps, eps_lower), strict=True):
         array = zarr.open_array(staging / CELLS / name, mode="r+")
         array[r, e, n, :] = values
-    marker = staging / "done" / f"{r}_{e}_{n}"
+    marker = staging / "done" / f"{r}_{e}" / str(n)
+    marker.parent.mkdir(exist_ok=True)
     marker.touch()
 
 

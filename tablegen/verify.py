@@ -11,6 +11,7 @@ import numpy as np
 from tablegen import store
 from tablegen.build import Task, curve_values
 from tablegen.engine.curve import LADDER
+from tablegen.spec import wants_lower
 
 # a recomputed curve may differ by one eps-ladder step where floating point differs across
 # machines (another FFT code path); on the machine that built the table it is identical
@@ -45,10 +46,10 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
 
 def _recompute(ds, cell: tuple[int, int, int], settings: dict) -> list[str]:  # noqa: ANN001
     r, e, n = cell
-    every_eps0, every_n = settings["lower_every"]
     task = Task("", cell, str(ds["family"].values[r]), json.loads(str(ds["params"].values[r])),
                 float(ds["eps0"].values[e]), int(ds["n"].values[n]), ds["delta"].values.tolist(),
-                e % every_eps0 == 0 and n % every_n == 0, settings["resolution"], settings["lower_resolution"])
+                wants_lower(settings, e, n, float(ds["n"].values[n])), settings["resolution"],
+                settings["lower_resolution"])
     live = curve_values(task)
     stored = (ds["eps"].values[r, e, n], ds["eps_lower"].values[r, e, n])
     label = f"{ds['mechanism'].values[r]} eps0={task.eps0:g} n={task.n}"

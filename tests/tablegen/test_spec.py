@@ -1,0 +1,99 @@
+"""Grid specs: expansion of axes and mechanisms, and refusal of bad specs before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tablegen.spec import SpecError, load_spec
+
+GOOD = """
+title = "t"
+[axes]
+eps0 = [0.5, 1.0]
+n = {start = 1e2, stop = 1e8, per_decade = 2}
+delta = [1e-8, 1e-6]
+[[mechanism]]
+family = "krr"
+k = [2, 10]
+[[mechanism]]
+family = "olh"
+g = 3
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_spec_expands_rows_and_axes(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD))
+    assert [r.label for r in spec.rows] == ["krr k=2", "krr k=10", "olh g=3"]
+    np.testing.assert_array_equal(spec.n, np.round(10.0 ** np.arange(2, 8.01, 0.5)))
+    assert spec.shape == (3, 2, 13, 2)
+    assert spec.curve_count == len(list(spec.curves())) == 3 * 2 * 13
+    assert spec.curve(14) == (0, 1, 1)
+    assert spec.settings["lower_every"] == [1, 1]
+    assert spec.digest() == load_spec(write(tmp_path, GOOD)).digest()
+    assert spec.digest() != load_spec(write(tmp_path, GOOD.replace("0.5, 1.0", "0.5, 1.5"))).digest()
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "reason"),
+    [
+        (('family = "olh"', 'family = "nope"'), "mechanism[1].family", "unknown mechanism"),
+        (("eps0 = [0.5, 1.0]", "eps0 = []"), "axes.eps0", "empty axis"),
+        (("eps0 = [0.5, 1.0]", "eps0 = [1.0, 0.5]"), "axes.eps0", "strictly ascending"),
+        (("delta = [1e-8, 1e-6]", "delta = [1e-8, 1.5]"), "axes.delta", "delta must be in (0, 1)"),
+        (("eps0 = [0.5, 1.0]", "eps0 = [-1.0, 1.0]"), "axes.eps0", "eps0 must be > 0"),
+        (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [0.2, 5]"), "axes.n", "n must be >= 1"),
+        (("k = [2, 10]", "k = [1, 10]"), "mechanism[0] (krr k=1)", "k"),
+        (("g = 3", "g = 3\ncolour = 2"), "mechanism[1] (olh colour=2 g=3)", "no parameter 'colour'"),
+        (('title = "t"', 'title = "t"\nspeed = 1'), "speed", "unknown key"),
+        (('title = "t"', 'title = "t"\n[settings]\nresolution = 0'), "settings.resolution", "[1, 1000]"),
+        (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = {start = 1e8, stop = 1e2, per_decade = 2}"),
+         "axes.n", "start < stop"),
+    ],
+)
+def test_bad_spec_names_file_key_and_reason(tmp_path: Path, change: tuple[str, str], key: str, reason: str) -> None:
+    path = write(tmp_path, GOOD.replace(*change))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}")
+    assert reason in message
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such spec file"):
+        load_spec(tmp_path / "absent.toml")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(write(tmp_path, "[axes\n"))
+
+
+@pytest.mark.parametrize("name", ["smoke", "default", "full"])
+def test_shipped_specs_are_valid(name: str) -> None:
+    spec = load_spec(Path(__file__).parents[2] / "workflows" / f"{name}.toml")
+    assert spec.eps0.size and spec.n.size and spec.delta.size
+
+
+def test_segments_join_geometric_and_linear(tmp_path: Path) -> None:
+    text = GOOD.replace("eps0 = [0.5, 1.0]", "eps0 = [{start = 0.1, stop = 1.0, per_decade = 2}, "
+                        "{start = 1.5, stop = 2.5, step = 0.5}]")
+    spec = load_spec(write(tmp_path, text))
+    np.testing.assert_allclose(spec.eps0, [0.1, 10**-0.5, 1.0, 1.5, 2.0, 2.5])
+    overlapping = text.replace("start = 1.5", "start = 0.5")
+    with pytest.raises(SpecError, match="strictly ascending"):
+        load_spec(write(tmp_path, overlapping))
+
+
+def test_lower_bound_subgrid(tmp_path: Path) -> None:
+    text = GOOD.replace('title = "t"', 'title = "t"\n[settings]\nlower_every = [1, 4]\nlower_n_max = 1e6')
+    spec = load_spec(write(tmp_path, text))
+    with_lower = [float(spec.n[j]) for j in range(spec.n.size) if spec.wants_lower(0, j)]
+    assert with_lower == [1e2, 1e4, 1e6]
+    assert not spec.wants_lower(1, 0) or spec.settings["lower_every"][0] == 1
