@@ -1,6 +1,14 @@
 """shuffle-eps lookup: instant certified answers from precomputed tables (the light side).
 
-Imports numpy (and zarr to read stores) only; the engine is imported lazily for live answers.
+    import lookup
+    a = lookup.eps("krr", eps0=2.0, n=10**6, delta=1e-8, k=10)
+    a.value, a.lower, a.source, a.slack
+
+Imports numpy only (zarr when a table is opened); the engine is imported lazily for live answers.
 """
 
+from lookup.api import Answer, delta, eps, eps0_max
+from lookup.table import Table, TableError, open_table
+
 __version__ = "0.1.0"
+__all__ = ["Answer", "Table", "TableError", "delta", "eps", "eps0_max", "open_table"]

@@ -1,0 +1,185 @@
+"""``lookup.eps``, ``lookup.delta``, ``lookup.eps0_max``: table first, live engine off the grid.
+
+Each call broadcasts its array arguments, answers every query it can from the table with the
+conservative rules (``rules.py``) in one vectorised pass, and sends the rest to the engine:
+queries outside the grid in the unsafe directions (eps0 above it, n or delta below it), a
+mechanism or parameter value the table lacks, or a slack estimate above ``max_slack``.  Live
+answers are cached in memory and, with ``$SHUFFLE_EPS_CACHE`` set to a directory, on disk.
+With ``live=False`` (or without the engine installed) such a query is an error that says what
+the table covers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lookup import live as live_engine
+from lookup import rules
+from lookup.table import Table, TableError, open_table
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A certified value with its lower bound (NaN unknown), where it came from, the grid
+    corner used (NaN for live answers), and the estimated relative slack of a table answer
+    over the live certified value (NaN where unknown, e.g. from the grid edge)."""
+
+    value: Any
+    lower: Any
+    source: Any
+    corner: dict[str, Any]
+    slack: Any
+    edge: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": _plain(self.value), "lower": _plain(self.lower), "source": _plain(self.source),
+                "corner": {k: _plain(v) for k, v in self.corner.items()}, "slack": _plain(self.slack),
+                "edge": _plain(self.edge)}
+
+
+def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
+        max_slack: float | None = None, **params: Any) -> Answer:
+    """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast)."""
+    q = _Queries(mechanism, params, table, eps0=eps0, n=n, delta=delta)
+    value, lower, slack = q.nan(), q.nan(), q.nan()
+    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
+    grid = {"eps0": q.nan(), "n": q.nan(), "delta": q.nan()}
+    if q.row is not None:
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"])
+        value, lower, slack, outside, edge = rules.eps_at(q.table, q.row, c, q.args["eps0"], q.args["delta"])
+        grid = q.grid(c, outside, delta=True)
+    todo = outside | (slack > max_slack if max_slack is not None else False)
+    if todo.any():
+        q.require_live(live, todo, max_slack)
+        for i in np.flatnonzero(todo):
+            value[i], lower[i] = live_engine.eps(q.mechanism, q.point(i), q.params)
+    return q.answer(value, lower, todo, grid, slack, edge & ~todo)
+
+
+def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
+          **params: Any) -> Answer:
+    """Certified delta at ``eps`` (arrays broadcast)."""
+    q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
+    value, lower = q.nan(), q.nan()
+    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
+    grid = {"eps0": q.nan(), "n": q.nan()}
+    if q.row is not None:
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"])
+        value, lower, outside, edge = rules.delta_at(q.table, q.row, c, q.args["eps0"], q.args["eps"])
+        grid = q.grid(c, outside)
+    if outside.any():
+        q.require_live(live, outside, None)
+        for i in np.flatnonzero(outside):
+            value[i], lower[i] = live_engine.delta(q.mechanism, q.point(i), q.params)
+    return q.answer(value, lower, outside, grid, q.nan(), edge & ~outside)
+
+
+def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
+             **params: Any) -> Answer:
+    """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down."""
+    q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
+    value = q.nan()
+    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
+    if q.row is not None:
+        value, outside, edge = rules.eps0_max_at(q.table, q.row, q.args["n"], q.args["eps"], q.args["delta"])
+    if outside.any():
+        q.require_live(live, outside, None)
+        for i in np.flatnonzero(outside):
+            value[i] = live_engine.eps0_max(q.mechanism, q.point(i), q.params)
+    return q.answer(value, q.nan(), outside, {}, q.nan(), edge & ~outside)
+
+
+class _Queries:
+    """Validated, broadcast query arrays, the table and the mechanism's row in it."""
+
+    def __init__(self, mechanism: str, params: dict[str, Any], table: Any, **args: Any) -> None:
+        if not isinstance(mechanism, str) or not mechanism:
+            raise ValueError(f"mechanism must be a mechanism name, got {mechanism!r}")
+        self.mechanism = mechanism
+        self.params = {k: v for k, v in params.items() if v is not None}
+        arrays = {name: _numbers(name, value) for name, value in args.items()}
+        try:
+            shaped = np.broadcast_arrays(*arrays.values())
+        except ValueError:
+            shapes = ", ".join(f"{k}{np.shape(v)}" for k, v in arrays.items())
+            raise ValueError(f"arguments do not broadcast together: {shapes}") from None
+        self.shape = shaped[0].shape
+        self.args = {k: v.ravel().astype(float) for k, v in zip(arrays, shaped, strict=True)}
+        self.size = math.prod(self.shape)
+        _check_domain(self.args)
+        self.table: Table = table if isinstance(table, Table) else open_table(table)
+        self.row = self.table.row(mechanism, self.params)
+
+    def nan(self) -> np.ndarray:
+        return np.full(self.size, np.nan)
+
+    def point(self, i: int) -> dict[str, float]:
+        return {k: float(v[i]) for k, v in self.args.items()}
+
+    def grid(self, c: rules.Corner, outside: np.ndarray, delta: bool = False) -> dict[str, np.ndarray]:
+        out = {"eps0": self.table.eps0[c.eps0_up], "n": self.table.n[c.n_down]}
+        if delta:
+            out["delta"] = np.clip(self.args["delta"], None, self.table.delta[-1])
+        return {k: np.where(outside, np.nan, v) for k, v in out.items()}
+
+    def require_live(self, allowed: bool, todo: np.ndarray, max_slack: float | None) -> None:
+        if allowed and live_engine.available():
+            return
+        i = int(np.flatnonzero(todo)[0])
+        why = "live computation is off (live=False)" if not allowed else "the engine (tablegen) is not installed"
+        cover = self.table.coverage()
+        detail = (f"mechanisms {', '.join(cover['mechanisms'])}; eps0 {cover['eps0'][0]:g}..{cover['eps0'][1]:g}; "
+                  f"n {cover['n'][0]:g}..{cover['n'][1]:g} (larger n answered at the largest); "
+                  f"delta {cover['delta'][0]:g}..{cover['delta'][1]:g}")
+        target = f"{self.mechanism} {self.params or ''} {self.point(i)}".replace("  ", " ")
+        extra = f" within max_slack={max_slack}" if max_slack is not None else ""
+        raise TableError(f"the table cannot answer {target}{extra} and {why}. The table {cover['table']} "
+                         f"covers: {detail}")
+
+    def answer(self, value: np.ndarray, lower: np.ndarray, live: np.ndarray, grid: dict[str, np.ndarray],
+               slack: np.ndarray, edge: np.ndarray) -> Answer:
+        source = np.where(live, "live", "table")
+        slack = np.where(live, 0.0, slack)
+        shape = self.shape
+
+        def out(a: np.ndarray) -> Any:
+            return a.reshape(shape) if shape else a[0].item()
+
+        return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
+                      out(edge))
+
+
+def _numbers(name: str, value: Any) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+    if array.size == 0:
+        raise ValueError(f"{name} is empty")
+    return array
+
+
+def _check_domain(args: dict[str, np.ndarray]) -> None:
+    checks = {
+        "eps0": (lambda a: (a > 0) & np.isfinite(a), "> 0 and finite"),
+        "eps": (lambda a: (a >= 0) & np.isfinite(a), ">= 0 and finite"),
+        "n": (lambda a: (a >= 1) & (a == np.floor(a)) & np.isfinite(a), "an integer >= 1"),
+        "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
+    }
+    for name, array in args.items():
+        ok, allowed = checks[name]
+        bad = ~ok(array)
+        if bad.any():
+            raise ValueError(f"{name} must be {allowed}, got {name}={float(array[bad][0])!r}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

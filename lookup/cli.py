@@ -1,0 +1,143 @@
+"""``lookup`` command line: eps, delta, eps0-max and info from a table (live off the grid).
+
+Bad input exits with status 2 and one line naming the parameter; a query the table cannot
+answer with live computation off (``--no-live``) exits with status 3 and says what the table
+covers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import click
+
+import lookup
+from lookup.table import TableError
+
+PARAMS = ("k", "g", "domain", "delta0")
+
+
+def query_options(func: Any) -> Any:
+    options = [
+        click.option("--mechanism", required=True, help="e.g. krr, generic, blh, olh, rappor, oue, hr, laplace"),
+        click.option("--k", type=str, default=None, help="categories of k-RR"),
+        click.option("--g", type=str, default=None, help="hash buckets of OLH"),
+        click.option("--domain", type=str, default=None, help="finite domain size (blh/olh/rappor/oue/hr)"),
+        click.option("--delta0", type=str, default=None, help="delta0 of an (eps0, delta0)-LDP randomizer"),
+        click.option("--n", required=True, type=str, help="number of users (1e6 accepted)"),
+        click.option("--table", default=None, help="table store or device file (default: the shipped table)"),
+        click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead"),
+        click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group()
+@click.version_option(lookup.__version__)
+def main() -> None:
+    """Instant certified shuffle-model privacy numbers from precomputed tables."""
+
+
+@main.command()
+@query_options
+@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
+@click.option("--max-slack", type=str, default=None, help="compute live where the table's slack estimate is above")
+def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, delta: str,
+        max_slack: str | None, **raw: Any) -> None:
+    """Certified eps at (eps0, n, delta)."""
+    def run() -> dict[str, Any]:
+        slack = None if max_slack is None else _number("max-slack", max_slack)
+        a = lookup.eps(mechanism, eps0=_number("eps0", eps0), n=_number("n", n), delta=_number("delta", delta),
+                       table=table, live=not no_live, max_slack=slack, **_params(raw))
+        return {"eps": a.value, "eps_lower": a.lower, **_common(a)}
+
+    _answer(run, as_json)
+
+
+@main.command()
+@query_options
+@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--eps", "eps_", required=True, type=str, help="target eps >= 0")
+def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, eps_: str,
+          **raw: Any) -> None:
+    """Certified delta at (eps0, n, eps)."""
+    def run() -> dict[str, Any]:
+        a = lookup.delta(mechanism, eps0=_number("eps0", eps0), n=_number("n", n), eps=_number("eps", eps_),
+                         table=table, live=not no_live, **_params(raw))
+        return {"delta": a.value, "delta_lower": a.lower, **_common(a)}
+
+    _answer(run, as_json)
+
+
+@main.command("eps0-max")
+@query_options
+@click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
+@click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
+def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps_: str, delta: str,
+             **raw: Any) -> None:
+    """Largest eps0 (local budget) whose certified eps at (n, delta) is <= --eps."""
+    def run() -> dict[str, Any]:
+        a = lookup.eps0_max(mechanism, eps=_number("eps", eps_), n=_number("n", n), delta=_number("delta", delta),
+                            table=table, live=not no_live, **_params(raw))
+        return {"eps0": a.value, **_common(a)}
+
+    _answer(run, as_json)
+
+
+@main.command()
+@click.option("--table", default=None, help="table store or device file (default: the shipped table)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def info(table: str | None, as_json: bool) -> None:
+    """What a table covers: mechanisms, axis ranges, engine version, date."""
+    _answer(lambda: lookup.open_table(table).coverage(), as_json)
+
+
+def _common(a: lookup.Answer) -> dict[str, Any]:
+    return {"certified": True, "source": a.source, "corner": a.corner, "slack": a.slack, "edge": a.edge}
+
+
+def _answer(run: Any, as_json: bool) -> None:
+    try:
+        result = run()
+    except TableError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(3)
+    except ValueError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    result = _finite(result)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        for key, value in result.items():
+            click.echo(f"{key}: {value}")
+
+
+def _finite(value: Any) -> Any:
+    """NaN (unknown) as null, so the JSON is standard."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _params(raw: dict[str, Any]) -> dict[str, Any]:
+    return {name: _number(name, raw[name]) for name in PARAMS if raw.get(name) is not None}
+
+
+def _number(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {name}={text!r}") from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

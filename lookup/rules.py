@@ -1,0 +1,145 @@
+"""The conservative rules: answers from a table that can only be larger (eps, delta) or smaller
+(eps0_max) than the certified value at the query.  Pure, vectorised over queries.
+
+Why each rule is safe (docs/lookup.md has the argument in full): the exact eps of these
+analyses is non-decreasing in eps0 and non-increasing in n and in delta, and the table surface
+was made monotone on load (``table.py``), so
+
+* eps0 rounded UP to the grid and n rounded DOWN give a table value >= the exact eps at the
+  query; beyond the grid in these directions (eps0 below the smallest, n above the largest) the
+  edge value is still an upper bound;
+* between two grid deltas d1 < d2 with certified eps u1 >= u2, the true curve delta(x),
+  x = e^eps, is convex (the hockey-stick divergence is convex in its parameter), and
+  delta(e^u1) <= d1, delta(e^u2) <= d2, so delta(x) lies below the chord through (e^u1, d1),
+  (e^u2, d2).  The chord's eps at a query delta is therefore certified, and so is the chord's
+  delta at a query eps.  Above the largest grid delta, the eps at the largest is an upper bound;
+* every eps is also capped by the query's eps0 (an eps0-LDP randomizer is (eps0, 0)-DP after
+  shuffling);
+* lower bounds go the other way: eps0 rounded down, n and delta rounded up.
+
+The floating-point error of the chord (a few ulps; log1p/expm1 keep it relative for small eps)
+is pushed outward by ``FLOAT_SLACK``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lookup.table import Table
+
+FLOAT_SLACK = 1e-12
+
+
+@dataclass(frozen=True)
+class Corner:
+    """Grid indices of a query and where it falls outside the grid."""
+
+    eps0_up: np.ndarray  # smallest grid eps0 >= query (clipped to the grid)
+    eps0_down: np.ndarray  # largest grid eps0 <= query (-1 if none)
+    n_down: np.ndarray  # largest grid n <= query (clipped)
+    n_up: np.ndarray  # smallest grid n >= query (n.size if none)
+    outside: np.ndarray  # eps0 above the grid or n below it: the table cannot answer
+    edge: np.ndarray  # eps0 below the grid or n above it: answered from the edge
+
+
+def corner(table: Table, eps0: np.ndarray, n: np.ndarray) -> Corner:
+    grid_eps0, grid_n = table.eps0, table.n
+    up = np.searchsorted(grid_eps0, eps0, side="left")
+    down_n = np.searchsorted(grid_n, n, side="right") - 1
+    outside = (up >= grid_eps0.size) | (down_n < 0)
+    edge = (eps0 < grid_eps0[0]) | (n > grid_n[-1])
+    return Corner(
+        np.minimum(up, grid_eps0.size - 1),
+        np.searchsorted(grid_eps0, eps0, side="right") - 1,
+        np.maximum(down_n, 0),
+        np.searchsorted(grid_n, n, side="left"),
+        outside,
+        edge,
+    )
+
+
+def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_large: np.ndarray,
+              delta: np.ndarray) -> np.ndarray:
+    """eps on the chord in (e^eps, delta) through (e^u_small, d_small), (e^u_large, d_large)
+    at ``delta`` in [d_small, d_large], rounded up."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(d_large > d_small, (d_large - delta) / (d_large - d_small), 0.0)
+    x_minus_one = t * np.expm1(u_small) + (1 - t) * np.expm1(u_large)
+    return np.log1p(x_minus_one) * (1 + FLOAT_SLACK)
+
+
+def eps_at(table: Table, row: int, c: Corner, eps0: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(certified eps, lower bound, slack estimate, outside, edge) for eps0/n/delta queries."""
+    grid = table.delta
+    hi = np.searchsorted(grid, delta, side="left")  # first grid delta >= query
+    outside = c.outside | (delta < grid[0])
+    edge = c.edge | (delta > grid[-1])
+    hi = np.minimum(hi, grid.size - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_hi = np.minimum(delta, grid[hi])  # above the grid: the largest delta's value
+
+    def chord(e_index: np.ndarray, n_index: np.ndarray) -> np.ndarray:
+        surface = table.upper[row]
+        return chord_eps(surface[e_index, n_index, lo], surface[e_index, n_index, hi], grid[lo], grid[hi], d_hi)
+
+    value = np.minimum(chord(c.eps0_up, c.n_down), eps0)
+    # the opposite corner (eps0 down, n up) bounds how far the answer can be above the truth
+    opposite = chord(np.clip(c.eps0_down, 0, None), np.clip(c.n_up, None, table.n.size - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slack = np.where(edge, np.nan, value / np.minimum(opposite, eps0) - 1)
+    lower = lower_eps(table, row, c, delta)
+    return value, np.minimum(lower, value), slack, outside, edge
+
+
+def lower_eps(table: Table, row: int, c: Corner, delta: np.ndarray) -> np.ndarray:
+    """Lower bound at (eps0 down, n up, delta up); NaN where the table has none."""
+    d_up = np.searchsorted(table.delta, delta, side="left")
+    ok = (c.eps0_down >= 0) & (c.n_up < table.n.size) & (d_up < table.delta.size)
+    e = np.clip(c.eps0_down, 0, None)
+    j = np.clip(c.n_up, None, table.n.size - 1)
+    d = np.clip(d_up, None, table.delta.size - 1)
+    return np.where(ok, table.lower[row, e, j, d], np.nan)
+
+
+def delta_at(table: Table, row: int, c: Corner, eps0: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(certified delta, lower bound, outside, edge) at eps: the chord of the corner's curve."""
+    grid = table.delta
+    curve = table.upper[row][c.eps0_up, c.n_down]  # (queries, deltas), non-increasing
+    below = curve <= eps[:, None]
+    # the first grid delta whose certified eps is <= the query eps
+    first = np.where(below.any(axis=1), below.argmax(axis=1), grid.size)
+    # eps below the table's eps at the largest delta (and not >= eps0, where delta = 0)
+    outside = c.outside | ((first == grid.size) & (eps < eps0))
+    k = np.minimum(first, grid.size - 1)
+    prev = np.maximum(k - 1, 0)
+    u_small, u_large = np.take_along_axis(curve, prev[:, None], 1)[:, 0], curve[np.arange(k.size), k]
+    x = np.expm1(eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(u_small > u_large, (np.expm1(u_small) - x) / (np.expm1(u_small) - np.expm1(u_large)), 1.0)
+    t = np.where(k == 0, 1.0, np.clip(t, 0.0, 1.0))
+    value = (grid[prev] + t * (grid[k] - grid[prev])) * (1 + FLOAT_SLACK)
+    value = np.where(eps >= eps0, 0.0, value)  # (eps0, 0)-DP after shuffling
+    edge = c.edge | ((first == 0) & (eps < eps0))  # could be below the smallest grid delta
+    lower_curve = table.lower[row][np.clip(c.eps0_down, 0, None), np.clip(c.n_up, None, table.n.size - 1)]
+    ok = ((c.eps0_down >= 0) & (c.n_up < table.n.size))[:, None] & (lower_curve > eps[:, None])
+    lower = np.where(ok, grid[None, :], 0.0).max(axis=1)  # the exact eps at that delta exceeds eps
+    return np.where(outside, np.nan, value), np.minimum(lower, value), outside, edge
+
+
+def eps0_max_at(table: Table, row: int, n: np.ndarray, eps: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(largest grid eps0 whose certified eps <= target, outside, edge)."""
+    grid = table.eps0
+    columns = [eps_at(table, row, corner(table, np.full_like(n, e0), n), np.full_like(n, e0), delta)
+               for e0 in grid]
+    ok = np.stack([col[0] <= eps for col in columns], axis=1)  # (queries, eps0)
+    bad = np.stack([col[3] for col in columns], axis=1)
+    ok &= ~bad
+    # certified eps is non-decreasing in eps0 on the monotone surface: the last True is the answer
+    count = ok.sum(axis=1)
+    value = np.where(count > 0, grid[np.maximum(count - 1, 0)], np.nan)
+    value = np.maximum(value, np.where(count > 0, eps, np.nan))  # eps0 = eps is always certified
+    outside = (count == 0) | bad.all(axis=1)
+    edge = count == grid.size
+    return value, outside, edge

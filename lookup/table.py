@@ -1,0 +1,153 @@
+"""Open a published table once: check its manifest, load it into numpy, make it monotone.
+
+Loading makes the certified surface monotone the safe way (DESIGN.md section 3: the exact eps
+is non-decreasing in eps0, non-increasing in n and in delta), so every later rule is a plain
+gather:
+
+* ``upper[r, e, j, d]`` = min of ``eps`` over grid points with eps0 >= eps0[e], n <= n[j],
+  delta <= delta[d]: each of them is an upper bound at (eps0[e], n[j], delta[d]);
+* ``lower[r, e, j, d]`` = max of ``eps_lower`` over eps0 <= eps0[e], n >= n[j],
+  delta >= delta[d] (NaN-skipping; NaN where none): each is a lower bound there.
+
+Integrity: the SHA-256 manifest is checked when a table is first opened in a process (about a
+millisecond per MB); a mismatch refuses the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MANIFEST = "MANIFEST.sha256"
+ENV_TABLE = "SHUFFLE_EPS_TABLE"
+
+
+class TableError(ValueError):
+    """A table that is missing, corrupted, tampered with, or does not cover a query."""
+
+
+@dataclass
+class Table:
+    """A loaded table: axes, row keys, monotone upper and lower surfaces."""
+
+    path: str
+    families: list[str]
+    params: list[dict[str, Any]]
+    eps0: np.ndarray
+    n: np.ndarray
+    delta: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, family: str, params: dict[str, Any]) -> int | None:
+        """Index of the row of ``family`` with exactly these parameters, None if absent."""
+        key = canonical_params(params)
+        for i, (f, p) in enumerate(zip(self.families, self.params, strict=True)):
+            if f == family and canonical_params(p) == key:
+                return i
+        return None
+
+    def labels(self) -> list[str]:
+        return [" ".join([f, *(f"{k}={v}" for k, v in sorted(p.items()))])
+                for f, p in zip(self.families, self.params, strict=True)]
+
+    def coverage(self) -> dict[str, Any]:
+        """What the table answers: rows and axis ranges (for errors and ``lookup info``)."""
+        return {
+            "table": self.path,
+            "mechanisms": self.labels(),
+            "eps0": [float(self.eps0[0]), float(self.eps0[-1]), int(self.eps0.size)],
+            "n": [int(self.n[0]), int(self.n[-1]), int(self.n.size)],
+            "delta": [float(self.delta[0]), float(self.delta[-1]), int(self.delta.size)],
+            "engine_version": self.attrs.get("engine_version"),
+            "date_created": self.attrs.get("date_created"),
+            "title": self.attrs.get("title"),
+        }
+
+
+def canonical_params(params: dict[str, Any]) -> str:
+    """Parameters as sorted JSON, None dropped, integral floats as ints (10.0 == 10)."""
+    clean = {k: (int(v) if isinstance(v, float) and v.is_integer() else v)
+             for k, v in params.items() if v is not None}
+    return json.dumps(clean, sort_keys=True)
+
+
+def default_table_path() -> Path:
+    """``$SHUFFLE_EPS_TABLE`` or the shipped ``data/default.zarr``."""
+    env = os.environ.get(ENV_TABLE)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / "data" / "default.zarr"
+
+
+_OPEN: dict[tuple[str, float], Table] = {}
+
+
+def open_table(path: str | Path | None = None) -> Table:
+    """The table at ``path`` (default: the shipped one), verified and loaded once per process."""
+    path = Path(path) if path is not None else default_table_path()
+    real = os.path.realpath(path)
+    manifest = Path(real) / MANIFEST
+    if not manifest.is_file():
+        raise TableError(f"{path}: not a published table (no {MANIFEST}); build one with `tablegen build`")
+    key = (real, manifest.stat().st_mtime)
+    if key not in _OPEN:
+        check_manifest(Path(real))
+        _OPEN[key] = _load_zarr(Path(real))
+    return _OPEN[key]
+
+
+def check_manifest(store: Path) -> None:
+    """Refuse a store whose files do not match its SHA-256 manifest."""
+    listed = {}
+    for line in (store / MANIFEST).read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    present = {str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST}
+    if present != set(listed):
+        extra = sorted(present ^ set(listed))[0]
+        raise TableError(f"{store}: refused, file set differs from the manifest ({extra})")
+    for rel, digest in listed.items():
+        if hashlib.sha256((store / rel).read_bytes()).hexdigest() != digest:
+            raise TableError(f"{store}: refused, {rel} does not match its SHA-256 in the manifest "
+                             "(corrupted or modified); rebuild or re-download the table")
+
+
+def _load_zarr(store: Path) -> Table:
+    import zarr
+
+    group = zarr.open_group(store, mode="r", use_consolidated=True)
+    try:
+        return from_arrays(
+            str(store), [str(f) for f in group["family"][...]],
+            [json.loads(str(p)) for p in group["params"][...]],
+            group["eps0"][...], group["n"][...], group["delta"][...],
+            group["eps"][...], group["eps_lower"][...], dict(group.attrs),
+        )
+    except Exception as err:  # a chunk failing its crc32c, a missing array
+        raise TableError(f"{store}: refused, cannot read the table: {err}") from None
+
+
+def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,
+                delta: np.ndarray, eps: np.ndarray, eps_lower: np.ndarray, attrs: dict[str, Any]) -> Table:
+    """A Table from raw arrays (eps: mechanism x eps0 x n x delta), surfaces made monotone."""
+    eps = np.asarray(eps, dtype=float)
+    if not np.all(np.isfinite(eps)):
+        raise TableError(f"{path}: refused, eps has missing values")
+    # upper: min over eps0' >= eps0, n' <= n, delta' <= delta
+    upper = np.minimum.accumulate(eps[:, ::-1], axis=1)[:, ::-1]
+    upper = np.minimum.accumulate(upper, axis=2)
+    upper = np.minimum.accumulate(upper, axis=3)
+    # lower: max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
+    lower = np.fmax.accumulate(np.asarray(eps_lower, dtype=float), axis=1)
+    lower = np.fmax.accumulate(lower[:, :, ::-1], axis=2)[:, :, ::-1]
+    lower = np.fmax.accumulate(lower[..., ::-1], axis=3)[..., ::-1]
+    return Table(path, families, params, np.asarray(eps0, float), np.asarray(n, float),
+                 np.asarray(delta, float), upper, lower, attrs)
