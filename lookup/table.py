@@ -99,32 +99,42 @@ def open_table(path: str | Path | None = None) -> Table:
         raise TableError(f"{path}: not a published table (no {MANIFEST}); build one with `tablegen build`")
     key = (real, manifest.stat().st_mtime)
     if key not in _OPEN:
-        check_manifest(Path(real))
-        _OPEN[key] = _load_zarr(Path(real))
+        _OPEN[key] = _load_zarr(Path(real), read_verified(Path(real)))
     return _OPEN[key]
 
 
-def check_manifest(store: Path) -> None:
-    """Refuse a store whose files do not match its SHA-256 manifest."""
-    listed = {}
-    for line in (store / MANIFEST).read_text().splitlines():
-        digest, _, rel = line.partition("  ")
-        listed[rel] = digest
-    present = {str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST}
-    if present != set(listed):
-        extra = sorted(present ^ set(listed))[0]
-        raise TableError(f"{store}: refused, file set differs from the manifest ({extra})")
-    for rel, digest in listed.items():
-        if hashlib.sha256((store / rel).read_bytes()).hexdigest() != digest:
-            raise TableError(f"{store}: refused, {rel} does not match its SHA-256 in the manifest "
-                             "(corrupted or modified); rebuild or re-download the table")
+def read_verified(store: Path, attempts: int = 2) -> dict[str, bytes]:
+    """Every file of ``store`` read once into memory and checked against the manifest read in the
+    same pass; the table is then parsed from these bytes only, so a table published over this
+    one mid-read is either seen whole or detected (and the read retried), never mixed."""
+    problem = ""
+    for _ in range(attempts):
+        listed = {}
+        for line in (store / MANIFEST).read_text().splitlines():
+            digest, _, rel = line.partition("  ")
+            listed[rel] = digest
+        try:
+            files = {rel: (store / rel).read_bytes() for rel in listed}
+        except OSError as err:
+            problem = f"cannot read {err.filename}"
+        else:
+            present = {str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST}
+            bad = [rel for rel, data in files.items() if hashlib.sha256(data).hexdigest() != listed[rel]]
+            if not bad and present == set(listed):
+                return files
+            problem = (f"{bad[0]} does not match its SHA-256 in the manifest" if bad
+                       else f"file set differs from the manifest ({sorted(present ^ set(listed))[0]})")
+    raise TableError(f"{store}: refused, {problem} (corrupted or modified); rebuild or re-download it")
 
 
-def _load_zarr(store: Path) -> Table:
+def _load_zarr(store: Path, files: dict[str, bytes]) -> Table:
     import zarr
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
 
-    group = zarr.open_group(store, mode="r", use_consolidated=True)
+    memory = MemoryStore({rel: cpu.Buffer.from_bytes(data) for rel, data in files.items()})
     try:
+        group = zarr.open_group(memory, mode="r", use_consolidated=True)
         return from_arrays(
             str(store), [str(f) for f in group["family"][...]],
             [json.loads(str(p)) for p in group["params"][...]],

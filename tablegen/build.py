@@ -101,6 +101,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     computes in this process without dask.
     """
     out = Path(out)
+    store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
     total = spec.curve_count
@@ -112,7 +113,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     done = store.finished(staging)
     todo = (task(spec, staging, cell) for cell in spec.curves() if cell not in done)
     log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute")
-    _execute(todo, total - len(done), scheduler, workers, progress)
+    _execute(todo, total - len(done), scheduler, workers, progress, spec.digest()[:12])
     if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
     store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out)
@@ -124,7 +125,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
 
 
 def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: int | None,
-             progress: bool) -> None:
+             progress: bool, prefix: str = "") -> None:
     if count == 0:
         return
     if scheduler is None and workers == 0:
@@ -139,16 +140,18 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
                                processes=True, dashboard_address=":0", silence_logs=40)
     try:
         with Client(scheduler or cluster) as client:
-            # a bounded window of tasks in flight: a cluster spec has millions of curves
-            window = IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
+            # a bounded window of tasks in flight (a cluster spec has millions of curves), resized
+            # as workers join; a task lost with its worker is rerun by the scheduler
+            def window() -> int:
+                return IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
 
             def submit(t: Task) -> Any:
-                return client.submit(run_task, t, key=f"curve-{'-'.join(map(str, t.cell))}", retries=3, pure=False)
+                return client.submit(run_task, t, key=f"curve-{prefix}-{'-'.join(map(str, t.cell))}", pure=False)
 
-            running = as_completed([submit(t) for t in itertools.islice(todo, window)])
+            running = as_completed([submit(t) for t in itertools.islice(todo, window())])
             for future in _bar(running, count, progress):
                 future.result()  # re-raises a task's error here
-                for t in itertools.islice(todo, 1):
+                for t in itertools.islice(todo, max(window() - running.count(), 1)):
                     running.add(submit(t))
     finally:
         if cluster is not None:

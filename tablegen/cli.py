@@ -168,8 +168,8 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
     try:
         if workers is not None and workers < 0:
             raise ValueError(f"--workers must be >= 0, got {workers}")
-        if sample < 1 or cores < 1:
-            raise ValueError("--sample and --cores must be >= 1")
+        if dry_run and (sample < 1 or cores < 1):
+            raise ValueError(f"--sample and --cores must be >= 1, got --sample {sample} --cores {cores}")
         spec = load_spec(spec_path)
         if dry_run:
             log = (lambda _: None) if as_json else click.echo

@@ -156,6 +156,8 @@ def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
     elif isinstance(value, list):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise fail(key, "axis values must be numbers")
+        if key == "axes.n" and not all(float(v).is_integer() for v in value):
+            raise fail(key, f"explicit n values must be integers, got {value}")
         axis = np.asarray(value, dtype=float)
     else:
         raise fail(key, "an axis is a list of numbers, {start, stop, per_decade}, {start, stop, step} "
@@ -194,10 +196,11 @@ def _segment(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
 def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:
     if values["eps0"][0] <= 0:
         raise fail("axes.eps0", f"eps0 must be > 0, got {values['eps0'][0]}")
-    n = np.round(values["n"])
+    n = values["n"]
     if n[0] < 1:
-        raise fail("axes.n", f"n must be >= 1, got {values['n'][0]}")
-    values["n"] = np.unique(n)
+        raise fail("axes.n", f"n must be >= 1, got {n[0]}")
+    rounded = np.unique(np.round(n))  # geometric axes round to integers (duplicates merge)
+    values["n"] = rounded
     delta = values["delta"]
     if delta[0] <= 0 or delta[-1] >= 1:
         raise fail("axes.delta", f"delta must be in (0, 1), got range [{delta[0]}, {delta[-1]}]")
@@ -255,7 +258,9 @@ def _expand(entry: dict[str, Any], key: str, fail: Any) -> list[Row]:
     choices = []
     for name in names:
         value = entry[name]
-        options = value if isinstance(value, list) else [value]
+        # a list of scalars is a list of choices; a nested list (a matrix) is one value
+        scalars = isinstance(value, list) and all(not isinstance(v, (list, dict)) for v in value)
+        options = value if scalars else [value]
         if not options:
             raise fail(f"{key}.{name}", "empty parameter list")
         choices.append(options)
@@ -265,6 +270,10 @@ def _expand(entry: dict[str, Any], key: str, fail: Any) -> list[Row]:
 def _check_row(row: Row, eps0: np.ndarray, key: str, fail: Any) -> None:
     """Resolve the parameters and build the decompositions at both ends of the eps0 axis."""
     mechanism = get_mechanism(row.family)
+    delta0 = row.params.get("delta0")
+    if isinstance(delta0, (int, float)) and delta0 > 0:
+        raise fail(key, "delta0 > 0 rows are not tabulated (the n * delta0 term of Theorem 3.8 depends on the "
+                   "query); use the live engine for them")
     try:
         params = mechanism.resolve(row.params)
         for e0 in (float(eps0[0]), float(eps0[-1])):

@@ -19,6 +19,7 @@ It is written beside ``OUT``, verified, and swapped in with one atomic rename.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -76,8 +77,11 @@ def finished(staging: Path) -> set[tuple[int, int, int]]:
         return set()
     cells = set()
     for row_eps0 in os.listdir(done):
-        r, e = (int(i) for i in row_eps0.split("_"))
-        cells.update((r, e, int(n)) for n in os.listdir(done / row_eps0))
+        parts = row_eps0.split("_")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            continue  # a stray file (.nfs*, editor droppings): not a marker
+        r, e = int(parts[0]), int(parts[1])
+        cells.update((r, e, int(n)) for n in os.listdir(done / row_eps0) if n.isdigit())
     return cells
 
 
@@ -96,10 +100,28 @@ def write_curve(staging: str | Path, cell: tuple[int, int, int], eps: np.ndarray
 
 
 def read_staging(staging: Path) -> dict[str, np.ndarray]:
+    """Both arrays of a finished staging store; refuses missing values in ``eps`` (a marker
+    whose chunk was lost, e.g. to a power cut before the data reached the disk)."""
     import zarr
 
     group = zarr.open_group(staging / CELLS, mode="r")
-    return {name: group[name][...] for name in VARIABLES}
+    values = {name: group[name][...] for name in VARIABLES}
+    missing = np.argwhere(np.isnan(values["eps"]).any(axis=-1))
+    if missing.size:
+        r, e, n = (int(i) for i in missing[0])
+        shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
+        raise StoreError(f"{staging}: curve {(r, e, n)} has a marker but no values; its markers were removed, "
+                         "run the build again to recompute them")
+    return values
+
+
+def check_replaceable(out: str | Path) -> None:
+    """Refuse to build over anything but a published table (never swap away a user's directory)."""
+    out = Path(out)
+    if out.is_symlink():
+        raise StoreError(f"{out} is a symbolic link; give the real path of the table")
+    if out.exists() and not (out.is_dir() and (out / MANIFEST).is_file() and (out / "zarr.json").is_file()):
+        raise StoreError(f"{out} exists and is not a published table (no {MANIFEST}); choose another --out")
 
 
 def publish(dataset: Any, out: str | Path) -> None:
@@ -107,9 +129,10 @@ def publish(dataset: Any, out: str | Path) -> None:
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
     out = Path(out)
+    check_replaceable(out)
+    for stale in [*out.parent.glob(f"{out.name}.publish-*"), *out.parent.glob(f"{out.name}.old-*")]:
+        shutil.rmtree(stale)  # left by an interrupted publish
     tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     encoding = {}
     for name, var in dataset.variables.items():
         chunks = (1, *var.shape[1:]) if var.dims and var.dims[0] == "mechanism" and var.ndim > 1 else var.shape
@@ -202,10 +225,15 @@ def _swap_into_place(new: Path, out: Path) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
     at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return result == 0
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL):  # kernel or file system without the flag
+        return False
+    raise OSError(err, f"cannot swap {a} into {b}: {os.strerror(err)}")

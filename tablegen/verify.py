@@ -29,6 +29,10 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     if problems:
         return problems
     ds = xr.open_zarr(path, consolidated=True)
+    missing = [k for k in ("certification", "spec_sha256") if k not in ds.attrs]
+    missing += [v for v in ("eps", "eps_lower", "family", "params") if v not in ds.variables]
+    if missing:
+        return [f"{path}: not a tablegen table (no {', '.join(missing)})"]
     eps, low = ds["eps"].values, ds["eps_lower"].values
     eps0 = ds["eps0"].values[None, :, None, None]
     if not np.all(np.isfinite(eps)):

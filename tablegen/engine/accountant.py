@@ -166,6 +166,8 @@ def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rt
 
 
 def _log_ratio(value: float, target: float) -> float:
+    if math.isnan(value):
+        return math.inf  # a failed evaluation certifies nothing
     return math.log(value / target) if value > 0 else -math.inf
 
 

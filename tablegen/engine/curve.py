@@ -90,7 +90,7 @@ class _Ladder:
     def upper_at(self, j: int) -> float:
         if j not in self.log_upper:
             self.evaluations += 1
-            self.log_upper[j] = _log(self.q.delta_upper(self.eps(j)))
+            self.log_upper[j] = _log(self.q.delta_upper(self.eps(j)), nan=math.inf)  # NaN: not certified
         return self.log_upper[j]
 
     def lower_exceeds(self, j: int, log_delta: float) -> bool:
@@ -99,7 +99,7 @@ class _Ladder:
             if (j, pair) not in self.log_lower:
                 self.lower_evaluations += 1
                 value = self.q.delta_of_lower_pair(pair, self.eps(j))
-                self.log_lower[(j, pair)] = _log(value)
+                self.log_lower[(j, pair)] = _log(value, nan=-math.inf)  # NaN: proves nothing
             if self.log_lower[(j, pair)] > log_delta:
                 self.lower_pair = pair
                 return True
@@ -111,29 +111,28 @@ class _Ladder:
             return trivial_eps0(self.q, delta), self.top + 1
         log_delta = math.log(delta)
         guess = self._index(guess_eps(self.q, delta))
-        b = _first_nonpositive(lambda j: self.upper_at(j) - log_delta, guess + self.drift,
-                               self.floor, self.top + 1)
+        _, b = _bracket(lambda j: self.upper_at(j) - log_delta, guess + self.drift, self.floor, self.top + 1)
         self.drift = b - guess  # the guess's error at this delta predicts the next one's
         return (self.q.eps0, b) if b > self.top else (min(self.q.eps0, self.eps(b)), b)
 
     def lower_bound(self, delta: float, above: int) -> float:
         """Largest ladder eps below index ``above`` where a lower pair's delta exceeds ``delta``."""
         log_delta = math.log(delta)
-        b = _first_nonpositive(lambda j: 1.0 if self.lower_exceeds(j, log_delta) else -1.0,
-                               above + self.lower_drift, self.floor, above)
-        self.lower_drift = b - 1 - above
-        return self.eps(b - 1) if b - 1 >= self.floor else 0.0
+        a, _ = _bracket(lambda j: 1.0 if self.lower_exceeds(j, log_delta) else -1.0,
+                        above + self.lower_drift, self.floor, above)
+        self.lower_drift = a - above
+        return self.eps(a) if a >= self.floor else 0.0  # a was evaluated: its lower delta exceeds delta
 
     def _index(self, eps: float) -> int:
         return min(self.top, max(self.floor, round(math.log(eps) / math.log(LADDER))))
 
 
-def _first_nonpositive(excess: Callable[[int], float], start: int, lo: int, hi: int) -> int:
-    """Smallest j in [lo, hi] with excess(j) <= 0, excess(hi) <= 0 assumed (not evaluated):
-    growing steps from ``start`` until bracketed, then bisection.
+def _bracket(excess: Callable[[int], float], start: int, lo: int, hi: int) -> tuple[int, int]:
+    """(a, b) with excess(a) > 0 (or a = lo - 1) and excess(b) <= 0 (or b = hi, assumed and not
+    evaluated), b - a = 1 unless MAX_STEPS ran out: growing steps from ``start``, then bisection.
 
-    ``excess`` need not be monotone: the index returned always has excess <= 0 (or is hi),
-    which is all certification needs; monotonicity only makes it the smallest.
+    ``excess`` need not be monotone: both ends were evaluated (or are the stated sentinels),
+    which is all certification needs; monotonicity only makes b the smallest such index.
     """
     a, b = lo - 1, hi  # excess(a) > 0 (a = lo - 1 virtual), excess(b) <= 0
     j, step = min(max(start, lo), hi - 1), 1
@@ -147,8 +146,10 @@ def _first_nonpositive(excess: Callable[[int], float], start: int, lo: int, hi: 
         step *= 2
         if not a < j < b:
             j = (a + b) // 2
-    return b
+    return a, b
 
 
-def _log(value: float) -> float:
+def _log(value: float, nan: float) -> float:
+    if math.isnan(value):
+        return nan
     return math.log(value) if value > 0 else -math.inf

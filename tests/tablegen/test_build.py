@@ -182,3 +182,35 @@ def test_local_cluster_and_real_scheduler_give_the_same_table(spec_path: Path, t
     for name in ("local.zarr", "remote.zarr"):
         for got, want in zip(values(tmp_path / name), serial, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_never_builds_over_a_directory_that_is_not_a_table(spec_path: Path, tmp_path: Path) -> None:
+    precious = tmp_path / "results"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(store.StoreError, match="not a published table"):
+        build(load_spec(spec_path), precious, workers=0, progress=False, log=quiet)
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    assert not store.staging_path(precious).exists()
+
+
+def test_publish_clears_leftovers_of_an_interrupted_publish(spec_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.zarr"
+    (tmp_path / "t.zarr.publish-999999").mkdir()
+    (tmp_path / "t.zarr.old-999999").mkdir()
+    build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml", "t.zarr"]
+
+
+def test_a_marker_without_values_is_recomputed_not_published(spec_path: Path, tmp_path: Path) -> None:
+    spec = load_spec(spec_path)
+    out = tmp_path / "t.zarr"
+    staging = store.open_staging(out, {"spec_sha256": spec.digest(), "engine_version": "1"}, spec.shape)
+    (staging / "done" / "0_0").mkdir()
+    (staging / "done" / "0_0" / "0").touch()  # marker, but the chunk never reached the disk
+    with pytest.raises(store.StoreError, match="marker but no values"):
+        build(spec, out, workers=0, progress=False, log=quiet)
+    assert not out.exists()
+    # the markers of that (row, eps0) were dropped: its 3 curves are recomputed, nothing else
+    assert build(spec, out, workers=0, progress=False, log=quiet).computed == 3
+    assert np.isfinite(values(out)[0]).all()

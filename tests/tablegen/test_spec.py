@@ -50,9 +50,12 @@ def test_good_spec_expands_rows_and_axes(tmp_path: Path) -> None:
         (("eps0 = [0.5, 1.0]", "eps0 = [1.0, 0.5]"), "axes.eps0", "strictly ascending"),
         (("delta = [1e-8, 1e-6]", "delta = [1e-8, 1.5]"), "axes.delta", "delta must be in (0, 1)"),
         (("eps0 = [0.5, 1.0]", "eps0 = [-1.0, 1.0]"), "axes.eps0", "eps0 must be > 0"),
-        (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [0.2, 5]"), "axes.n", "n must be >= 1"),
+        (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [0, 5]"), "axes.n", "n must be >= 1"),
+        (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [2.5, 3.5]"), "axes.n", "must be integers"),
+        (('family = "olh"', 'family = "generic"\ndelta0 = 1e-9'), "mechanism[1]", "delta0 > 0"),
         (("k = [2, 10]", "k = [1, 10]"), "mechanism[0] (krr k=1)", "k"),
         (("g = 3", "g = 3\ncolour = 2"), "mechanism[1] (olh colour=2 g=3)", "no parameter 'colour'"),
+        (("g = 3", "g = 3\ndomain = [1]"), "mechanism[1] (olh domain=1 g=3)", "domain"),
         (('title = "t"', 'title = "t"\nspeed = 1'), "speed", "unknown key"),
         (('title = "t"', 'title = "t"\n[settings]\nresolution = 0'), "settings.resolution", "[1, 1000]"),
         (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = {start = 1e8, stop = 1e2, per_decade = 2}"),
@@ -96,4 +99,12 @@ def test_lower_bound_subgrid(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, text))
     with_lower = [float(spec.n[j]) for j in range(spec.n.size) if spec.wants_lower(0, j)]
     assert with_lower == [1e2, 1e4, 1e6]
-    assert not spec.wants_lower(1, 0) or spec.settings["lower_every"][0] == 1
+    assert all(spec.wants_lower(1, j) == spec.wants_lower(0, j) for j in range(spec.n.size))  # every eps0
+    strided = load_spec(write(tmp_path, text.replace("[1, 4]", "[2, 4]")))
+    assert strided.wants_lower(0, 0) and not strided.wants_lower(1, 0) and strided.wants_lower(2, 4)
+
+
+def test_matrix_parameter_is_one_value(tmp_path: Path) -> None:
+    text = GOOD.replace('family = "olh"\ng = 3', 'family = "finite"\nmatrix = [[0.6, 0.4], [0.4, 0.6]]')
+    spec = load_spec(write(tmp_path, text))
+    assert spec.rows[-1].params == {"matrix": [[0.6, 0.4], [0.4, 0.6]]}
