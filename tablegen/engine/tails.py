@@ -28,7 +28,7 @@ def upper_tail(law: LatticeLaw, n: int, threshold: float) -> float:
     if threshold > n * law.last:
         return 0.0
     mu = _mu_grid(law)
-    return float(min(1.0, np.exp(np.min(n * law.log_mgf(mu) - mu * threshold))))
+    return _capped_exp(np.min(n * law.log_mgf(mu) - mu * threshold))
 
 
 def lower_tail(law: LatticeLaw, n: int, threshold: float) -> float:
@@ -36,7 +36,7 @@ def lower_tail(law: LatticeLaw, n: int, threshold: float) -> float:
     if threshold < n * law.first:
         return 0.0
     mu = _mu_grid(law)
-    return float(min(1.0, np.exp(np.min(n * law.log_mgf(-mu) + mu * threshold))))
+    return _capped_exp(np.min(n * law.log_mgf(-mu) + mu * threshold))
 
 
 def upper_tail_mean(law: LatticeLaw, n: int, threshold: float) -> float:
@@ -46,3 +46,8 @@ def upper_tail_mean(law: LatticeLaw, n: int, threshold: float) -> float:
     mu = _mu_grid(law)
     logs = n * law.log_mgf(mu) - mu * threshold + np.log(threshold + 1.0 / mu)
     return float(np.exp(np.min(logs)))
+
+
+def _capped_exp(log_bound: float) -> float:
+    """min(1, e^log_bound): a probability bound, 1 where the exponent overflows."""
+    return 1.0 if log_bound >= 0 else float(np.exp(log_bound))

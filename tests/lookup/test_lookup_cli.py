@@ -1,0 +1,48 @@
+"""``lookup`` command line: JSON keys, live fallback, exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lookup.cli import main
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_eps_delta_eps0_max_info(table_path: Path) -> None:
+    t = str(table_path)
+    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
+                       "--table", t, "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert {"eps", "eps_lower", "certified", "source", "corner", "slack"} <= set(answer)
+    assert answer["source"] == "table" and answer["certified"] is True
+    assert answer["corner"] == {"eps0": 2.0, "n": 40.0, "delta": 1e-6}
+    code, out, _ = run("delta", "--mechanism", "generic", "--eps0", "1", "--n", "80", "--eps", "0.9", "--table", t,
+                       "--json")
+    assert code == 0 and 0 <= json.loads(out)["delta"] < 1
+    code, out, _ = run("eps0-max", "--mechanism", "krr", "--k", "3", "--eps", "0.9", "--n", "80", "--delta", "1e-6",
+                       "--table", t, "--json")
+    assert code == 0 and json.loads(out)["eps0"] >= 0.9
+    code, out, _ = run("info", "--table", t, "--json")
+    assert code == 0 and json.loads(out)["mechanisms"] == ["krr k=3", "generic"]
+
+
+def test_errors(table_path: Path) -> None:
+    t = str(table_path)
+    code, _, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "0", "--n", "50", "--delta", "1e-6",
+                       "--table", t)
+    assert code == 2 and "eps0 must be > 0" in err
+    code, _, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "9", "--n", "50", "--delta", "1e-6",
+                       "--table", t, "--no-live")
+    assert code == 3 and "covers: mechanisms krr k=3, generic" in err
+    code, _, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "x", "--n", "50", "--delta", "1e-6")
+    assert code == 2 and "eps0 must be a number" in err
+    code, _, err = run("info", "--table", str(table_path.parent / "absent.zarr"))
+    assert code == 3 and "not a published table" in err

@@ -1,0 +1,62 @@
+"""Opening tables: integrity (manifest, checksums), coverage, and the light import."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lookup
+from lookup.table import from_arrays, open_table
+
+
+def test_coverage(table_path: Path) -> None:
+    cover = open_table(table_path).coverage()
+    assert cover["mechanisms"] == ["krr k=3", "generic"]
+    assert cover["eps0"] == [0.5, 4.0, 4] and cover["n"] == [20, 80, 3] and cover["delta"] == [1e-9, 1e-3, 4]
+    assert cover["engine_version"] and cover["date_created"]
+
+
+def test_tampered_or_corrupted_tables_are_refused(table_path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(table_path, copy)
+    chunk = next(p for p in sorted((copy / "eps").rglob("*")) if p.is_file() and p.name != "zarr.json")
+    data = bytearray(chunk.read_bytes())
+    data[-1] ^= 1
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(lookup.TableError, match="refused, eps/c.* does not match its SHA-256"):
+        open_table(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(table_path, copy)
+    (copy / "extra.bin").write_bytes(b"x")
+    with pytest.raises(lookup.TableError, match="file set differs"):
+        open_table(copy)
+    with pytest.raises(lookup.TableError, match="not a published table"):
+        open_table(tmp_path)
+
+
+def test_surfaces_are_made_monotone_the_safe_way() -> None:
+    eps = np.array([[[[0.5, 0.4], [0.45, 0.42]], [[0.3, 0.2], [0.6, 0.1]]]])  # (1, eps0=2, n=2, delta=2)
+    low = np.full_like(eps, np.nan)
+    low[0, 1, 0, 0] = 0.05  # at the largest eps0, smallest n and delta: holds nowhere else
+    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3]),
+                    eps, low, {})
+    # eps0 = 1 may use eps0 = 2's smaller values; n = 20 may use n = 10's; delta 1e-3 may use 1e-6's
+    np.testing.assert_array_equal(t.upper[0, 0], [[0.3, 0.2], [0.3, 0.1]])
+    np.testing.assert_array_equal(t.upper[0, 1], [[0.3, 0.2], [0.3, 0.1]])
+    assert t.lower[0, 1, 0, 0] == 0.05 and np.isnan(t.lower).sum() == 7
+    low[0, 0, 1, 1] = 0.04  # at the smallest eps0, largest n and delta: holds everywhere
+    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3]),
+                    eps, low, {})
+    assert np.nanmin(t.lower) == 0.04 and not np.isnan(t.lower).any() and t.lower[0, 1, 0, 0] == 0.05
+
+
+def test_import_is_light() -> None:
+    code = ("import sys, lookup; heavy = [m for m in sys.modules if m.split('.')[0] in "
+            "('dask', 'distributed', 'xarray', 'scipy', 'pandas', 'tablegen', 'zarr', 'click')]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
