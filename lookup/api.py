@@ -177,6 +177,39 @@ def _check_domain(args: dict[str, np.ndarray]) -> None:
             raise ValueError(f"{name} must be {allowed}, got {name}={float(array[bad][0])!r}")
 
 
+KEYS = {"eps": ("eps", "eps_lower"), "delta": ("delta", "delta_lower"), "eps0_max": ("eps0", None)}
+
+
+def json_ready(kind: str, a: Answer) -> dict[str, Any]:
+    """The answer of ``lookup.<kind>`` as the CLI and HTTP endpoint print it (NaN as null)."""
+    value, lower = KEYS[kind]
+    out = {value: a.value, **({lower: a.lower} if lower else {})}
+    return finite({**out, "certified": True, "source": a.source, "corner": a.corner, "slack": a.slack,
+                   "edge": a.edge})
+
+
+def finite(value: Any) -> Any:
+    """NaN (unknown) replaced by None, recursively, so the JSON is standard."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def parse_number(name: str, text: str) -> float:
+    """A finite number from command-line or query-string text; ValueError naming ``name``."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {name}={text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {name}={text!r}")
+    return value
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()

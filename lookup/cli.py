@@ -8,13 +8,13 @@ covers.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
 import click
 
 import lookup
+from lookup.api import finite, json_ready, parse_number
 from lookup.table import TableError
 
 PARAMS = ("k", "g", "domain", "delta0")
@@ -52,10 +52,11 @@ def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool,
         max_slack: str | None, **raw: Any) -> None:
     """Certified eps at (eps0, n, delta)."""
     def run() -> dict[str, Any]:
-        slack = None if max_slack is None else _number("max-slack", max_slack)
-        a = lookup.eps(mechanism, eps0=_number("eps0", eps0), n=_number("n", n), delta=_number("delta", delta),
-                       table=table, live=not no_live, max_slack=slack, **_params(raw))
-        return {"eps": a.value, "eps_lower": a.lower, **_common(a)}
+        slack = None if max_slack is None else parse_number("max-slack", max_slack)
+        a = lookup.eps(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
+                       delta=parse_number("delta", delta), table=table, live=not no_live, max_slack=slack,
+                       **_params(raw))
+        return json_ready("eps", a)
 
     _answer(run, as_json)
 
@@ -68,9 +69,9 @@ def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: boo
           **raw: Any) -> None:
     """Certified delta at (eps0, n, eps)."""
     def run() -> dict[str, Any]:
-        a = lookup.delta(mechanism, eps0=_number("eps0", eps0), n=_number("n", n), eps=_number("eps", eps_),
-                         table=table, live=not no_live, **_params(raw))
-        return {"delta": a.value, "delta_lower": a.lower, **_common(a)}
+        a = lookup.delta(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
+                         eps=parse_number("eps", eps_), table=table, live=not no_live, **_params(raw))
+        return json_ready("delta", a)
 
     _answer(run, as_json)
 
@@ -83,23 +84,46 @@ def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: 
              **raw: Any) -> None:
     """Largest eps0 (local budget) whose certified eps at (n, delta) is <= --eps."""
     def run() -> dict[str, Any]:
-        a = lookup.eps0_max(mechanism, eps=_number("eps", eps_), n=_number("n", n), delta=_number("delta", delta),
-                            table=table, live=not no_live, **_params(raw))
-        return {"eps0": a.value, **_common(a)}
+        a = lookup.eps0_max(mechanism, eps=parse_number("eps", eps_), n=parse_number("n", n),
+                            delta=parse_number("delta", delta), table=table, live=not no_live, **_params(raw))
+        return json_ready("eps0_max", a)
 
     _answer(run, as_json)
 
 
 @main.command()
-@click.option("--table", default=None, help="table store or device file (default: the shipped table)")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port)")
+@click.option("--table", default=None, help="table store (default: the shipped table)")
+@click.option("--max-live", type=int, default=2, show_default=True, help="live computations at once")
+@click.option("--live-timeout", type=float, default=30.0, show_default=True, help="seconds a request waits for one")
+def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: float) -> None:
+    """Serve GET /v1/eps, /v1/delta, /v1/eps0-max and /v1/info as JSON (read-only)."""
+    from lookup.serve import make_server
+
+    if max_live < 1 or not live_timeout > 0:
+        click.echo("error: --max-live must be >= 1 and --live-timeout > 0", err=True)
+        sys.exit(2)
+    try:
+        server = make_server(host, port, table, max_live, live_timeout)
+    except (TableError, OSError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(3)
+    click.echo(f"serving {server.server_address[0]}:{server.server_address[1]} (Ctrl-C to stop)", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@main.command()
+@click.option("--table", default=None, help="table store (default: the shipped table)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def info(table: str | None, as_json: bool) -> None:
     """What a table covers: mechanisms, axis ranges, engine version, date."""
     _answer(lambda: lookup.open_table(table).coverage(), as_json)
-
-
-def _common(a: lookup.Answer) -> dict[str, Any]:
-    return {"certified": True, "source": a.source, "corner": a.corner, "slack": a.slack, "edge": a.edge}
 
 
 def _answer(run: Any, as_json: bool) -> None:
@@ -111,7 +135,7 @@ def _answer(run: Any, as_json: bool) -> None:
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    result = _finite(result)
+    result = finite(result)
     if as_json:
         click.echo(json.dumps(result))
     else:
@@ -119,24 +143,8 @@ def _answer(run: Any, as_json: bool) -> None:
             click.echo(f"{key}: {value}")
 
 
-def _finite(value: Any) -> Any:
-    """NaN (unknown) as null, so the JSON is standard."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def _params(raw: dict[str, Any]) -> dict[str, Any]:
-    return {name: _number(name, raw[name]) for name in PARAMS if raw.get(name) is not None}
-
-
-def _number(name: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {name}={text!r}") from None
+    return {name: parse_number(name, raw[name]) for name in PARAMS if raw.get(name) is not None}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,92 @@
+"""HTTP endpoint: answers, 400s naming the parameter, no 500s, bounded live computations."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lookup
+from lookup.serve import make_server
+
+
+def serving(table_path: Path, live_timeout: float) -> Iterator[str]:
+    server = make_server("127.0.0.1", 0, str(table_path), max_live=1, live_timeout=live_timeout)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture()
+def base(table_path: Path) -> Iterator[str]:
+    """A server whose live computations time out at once (every live query is a 503)."""
+    yield from serving(table_path, live_timeout=0.001)
+
+
+@pytest.fixture()
+def patient(table_path: Path) -> Iterator[str]:
+    yield from serving(table_path, live_timeout=120)
+
+
+def get(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, method=method, data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_answers_match_the_library(base: str, table_path: Path) -> None:
+    status, body = get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6")
+    assert status == 200 and body["source"] == "table" and body["certified"] is True
+    assert body["eps"] == lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path).value
+    status, body = get(f"{base}/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9")
+    assert status == 200 and "delta" in body
+    status, body = get(f"{base}/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6")
+    assert status == 200 and body["eps0"] >= 0.9
+    status, body = get(f"{base}/v1/info")
+    assert status == 200 and body["mechanisms"] == ["krr k=3", "generic"]
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "message"),
+    [
+        ("/v1/eps?mechanism=krr&k=3&eps0=-1&n=50&delta=1e-6", 400, "eps0 must be > 0"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=abc&n=50&delta=1e-6", 400, "eps0 must be a number"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=nan&n=50&delta=1e-6", 400, "eps0 must be finite"),
+        ("/v1/eps?mechanism=krr&k=3&n=50&delta=1e-6", 400, "missing parameter 'eps0'"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&colour=red", 400, "unknown parameter 'colour'"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=1&eps0=2&n=50&delta=1e-6", 400, "more than once"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&live=maybe", 400, "live must be true or false"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false", 400, "covers: mechanisms"),
+        ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6", 503, "exceeded"),
+        ("/v2/eps", 404, "unknown path"),
+        ("/v1/info?x=1", 400, "takes no parameters"),
+        ("/v1/eps?" + "a" * 3000, 414, "longer than"),
+        ("/v1/eps?%%%", 400, "malformed"),
+    ],
+)
+def test_bad_requests(base: str, query: str, status: int, message: str) -> None:
+    got, body = get(base + query)
+    assert got == status and message in body["error"]
+    assert get(f"{base}/v1/info")[0] == 200  # still serving
+
+
+def test_read_only(base: str) -> None:
+    assert get(f"{base}/v1/info", method="POST", data=b"x")[0] == 405
+    assert get(f"{base}/v1/info", method="DELETE")[0] == 405
+
+
+def test_live_answers_and_engine_errors(patient: str) -> None:
+    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
+    assert status == 200 and body["source"] == "live"
+    status, body = get(f"{patient}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")
+    assert status == 400 and "unknown mechanism='nope'" in body["error"]
