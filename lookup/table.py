@@ -10,7 +10,8 @@ gather:
   delta >= delta[d] (NaN-skipping; NaN where none): each is a lower bound there.
 
 Integrity: the SHA-256 manifest is checked when a table is first opened in a process (about a
-millisecond per MB); a mismatch refuses the table.
+millisecond per MB); a mismatch refuses the table.  A device file (``lookup.device``, one
+mechanism family, checked by its own SHA-256) is accepted wherever a table path is.
 """
 
 from __future__ import annotations
@@ -94,12 +95,32 @@ def open_table(path: str | Path | None = None) -> Table:
     """The table at ``path`` (default: the shipped one), verified and loaded once per process."""
     path = Path(path) if path is not None else default_table_path()
     real = os.path.realpath(path)
+    if os.path.isfile(real):
+        return _open_device(real)
     manifest = Path(real) / MANIFEST
     if not manifest.is_file():
         raise TableError(f"{path}: not a published table (no {MANIFEST}); build one with `tablegen build`")
     key = (real, manifest.stat().st_mtime)
     if key not in _OPEN:
         _OPEN[key] = _load_zarr(Path(real), read_verified(Path(real)))
+    return _OPEN[key]
+
+
+def _open_device(path: str) -> Table:
+    from lookup.device import DeviceFileError, read_device
+
+    key = (path, os.stat(path).st_mtime)
+    if key not in _OPEN:
+        try:
+            d = read_device(path)
+        except DeviceFileError as err:
+            raise TableError(str(err)) from None
+        shape = d.shape
+        upper = np.asarray(d.upper, dtype=float).reshape(shape)
+        lower = np.asarray(d.lower, dtype=float).reshape(shape)
+        h = d.header
+        _OPEN[key] = from_arrays(path, [h["family"]] * shape[0], h["rows"], h["eps0"], h["n"], h["delta"],
+                                 upper, lower, h.get("source", {}))
     return _OPEN[key]
 
 

@@ -201,5 +201,25 @@ def verify(store_path: str, sample: int, seed: int) -> None:
     click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} curves recomputed and equal")
 
 
+@main.command()
+@click.option("--device", is_flag=True, required=True, help="write a compact device file (the only format)")
+@click.option("--mechanism", required=True, help="mechanism family to export, e.g. krr")
+@click.option("--k", type=str, default=None, help="only the row with this k (default: every row of the family)")
+@click.option("--g", type=str, default=None, help="only the row with this g")
+@click.option("--table", default=None, help="source table (default: the shipped data/default.zarr)")
+@click.option("--out", required=True, help="device file to write")
+def export(device: bool, mechanism: str, k: str | None, g: str | None, table: str | None, out: str) -> None:
+    """Export one mechanism family of a table as a device file (float32, rounded up)."""
+    from lookup.table import TableError
+    from tablegen.export import export_device
+
+    try:
+        params = {name: _number(name, value) for name, value in (("k", k), ("g", g)) if value is not None}
+        result = export_device(out, mechanism, params, table)
+    except (TableError, ValueError) as exc:
+        _fail(exc)
+    click.echo(f"wrote {result['file']}: {result['rows']} rows, {result['bytes']} bytes")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,102 @@
+"""Device files: one mechanism family of a table in one compact file, readable with the Python
+standard library alone (this module imports nothing else at load).
+
+Layout (all little-endian)::
+
+    offset 0   8 bytes  magic b"SHEPSDV1"
+    offset 8   4 bytes  uint32 H, length of the header
+    offset 12  H bytes  header, UTF-8 JSON (below)
+    then       R*E*N*D float32 certified eps, C order (row, eps0, n, delta), each rounded UP
+    then       R*E*N*D float32 lower bounds, rounded DOWN (NaN: none)
+
+Header keys: ``format`` (1), ``family``, ``rows`` (the parameters of each row), ``eps0``,
+``n``, ``delta`` (ascending axes), ``shape`` [R, E, N, D], ``dtype`` ("<f4"),
+``payload_sha256`` (of everything after the header), ``source`` (the table, its spec SHA-256,
+engine version and date).  The surfaces are already monotone (``lookup.table``), so a reader
+applies the rules of ``lookup.rules`` directly; ``DeviceTable.eps`` does so for one query.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+import struct
+import sys
+from array import array
+from typing import Any
+
+MAGIC = b"SHEPSDV1"
+FORMAT = 1
+FLOAT_SLACK = 1e-12  # as lookup.rules: the chord's rounding pushed up
+
+
+class DeviceFileError(ValueError):
+    """A device file that is malformed or fails its checksum."""
+
+
+class DeviceTable:
+    """A parsed device file: header and the two float32 surfaces as flat arrays."""
+
+    def __init__(self, header: dict[str, Any], upper: array, lower: array) -> None:
+        self.header = header
+        self.upper = upper
+        self.lower = lower
+        self.shape = tuple(header["shape"])
+
+    def row(self, params: dict[str, Any]) -> int | None:
+        want = json.dumps({k: v for k, v in params.items() if v is not None}, sort_keys=True)
+        rows = [json.dumps(p, sort_keys=True) for p in self.header["rows"]]
+        return rows.index(want) if want in rows else None
+
+    def value(self, r: int, e: int, j: int, d: int) -> float:
+        _, n_eps0, n_n, n_delta = self.shape
+        return self.upper[((r * n_eps0 + e) * n_n + j) * n_delta + d]
+
+    def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
+        """Certified eps: eps0 rounded up, n rounded down, the chord in (e^eps, delta).
+
+        ValueError when the file cannot answer (row absent, eps0 above the grid, n or delta
+        below it); the caller then needs the full lookup or the engine.
+        """
+        r = self.row(params)
+        axes = self.header
+        e = bisect.bisect_left(axes["eps0"], eps0)
+        j = bisect.bisect_right(axes["n"], n) - 1
+        if r is None or e == len(axes["eps0"]) or j < 0 or delta < axes["delta"][0]:
+            raise ValueError(f"the device file does not cover {params} eps0={eps0} n={n} delta={delta}")
+        grid = axes["delta"]
+        hi = min(bisect.bisect_left(grid, delta), len(grid) - 1)
+        if delta >= grid[hi]:
+            return min(self.value(r, e, j, hi), eps0)
+        lo = hi - 1
+        t = (grid[hi] - delta) / (grid[hi] - grid[lo])
+        x = t * math.expm1(self.value(r, e, j, lo)) + (1 - t) * math.expm1(self.value(r, e, j, hi))
+        return min(math.log1p(x) * (1 + FLOAT_SLACK), eps0)
+
+
+def read_device(path: str) -> DeviceTable:
+    """Parse and check a device file (standard library only)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != MAGIC:
+        raise DeviceFileError(f"{path}: not a shuffle-eps device file (bad magic)")
+    (length,) = struct.unpack_from("<I", data, 8)
+    try:
+        header = json.loads(data[12:12 + length].decode())
+    except (UnicodeDecodeError, ValueError):
+        raise DeviceFileError(f"{path}: malformed header") from None
+    if header.get("format") != FORMAT:
+        raise DeviceFileError(f"{path}: unsupported format {header.get('format')!r} (this reader: {FORMAT})")
+    payload = data[12 + length:]
+    if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
+        raise DeviceFileError(f"{path}: refused, payload does not match its SHA-256 (corrupted or modified)")
+    count = math.prod(header["shape"])
+    if len(payload) != 8 * count:
+        raise DeviceFileError(f"{path}: payload has {len(payload)} bytes, expected {8 * count}")
+    values = array("f")
+    values.frombytes(payload)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return DeviceTable(header, values[:count], values[count:])
