@@ -19,6 +19,7 @@ import numpy as np
 
 from lookup import live as live_engine
 from lookup import rules
+from lookup.device import chord, locate
 from lookup.table import Table, TableError, open_table
 
 
@@ -44,6 +45,12 @@ class Answer:
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
         max_slack: float | None = None, **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast)."""
+    if table is None:
+        table = open_table()
+    if isinstance(table, Table) and all(type(v) in (float, int) for v in (eps0, n, delta)):
+        fast = _scalar_eps(table, mechanism, params, eps0, n, delta, max_slack)
+        if fast is not None:
+            return fast
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, delta=delta)
     value, lower, slack = q.nan(), q.nan(), q.nan()
     outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
@@ -91,6 +98,31 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         for i in np.flatnonzero(outside):
             value[i] = live_engine.eps0_max(q.mechanism, q.point(i), q.params)
     return q.answer(value, q.nan(), outside, {}, q.nan(), edge & ~outside)
+
+
+def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: float, n: float, delta: float,
+                max_slack: float | None) -> Answer | None:
+    """The table answer of one query in plain Python (the same rules as ``rules.eps_at``, via
+    ``device.locate``/``device.chord``); None when it needs the general path."""
+    _check_domain({"eps0": eps0, "n": n, "delta": delta})
+    row = table.row(mechanism, {k: v for k, v in params.items() if v is not None})
+    cell = locate(*table.axis_lists, eps0, n, delta) if row is not None else None
+    if cell is None:
+        return None
+    surface = table.upper[row]
+    top_n = len(table.axis_lists[1]) - 1
+    value = min(chord(lambda d: float(surface[cell.eps0_up, cell.n_down, d]), cell), eps0)
+    opposite = chord(lambda d: float(surface[max(cell.eps0_down, 0), min(cell.n_up, top_n), d]), cell)
+    slack = math.nan if cell.edge else value / min(opposite, eps0) - 1
+    if max_slack is not None and not slack <= max_slack:
+        return None
+    deltas = table.axis_lists[2]
+    lower = math.nan
+    if cell.eps0_down >= 0 and cell.n_up <= top_n and delta <= deltas[-1]:
+        lower = min(float(table.lower[row, cell.eps0_down, cell.n_up, cell.hi]), value)
+    grid = {"eps0": table.axis_lists[0][cell.eps0_up], "n": table.axis_lists[1][cell.n_down],
+            "delta": min(delta, deltas[-1])}
+    return Answer(value, lower, "table", grid, slack, cell.edge)
 
 
 class _Queries:
@@ -163,18 +195,18 @@ def _numbers(name: str, value: Any) -> np.ndarray:
     return array
 
 
-def _check_domain(args: dict[str, np.ndarray]) -> None:
+def _check_domain(args: dict[str, Any]) -> None:
     checks = {
         "eps0": (lambda a: (a > 0) & np.isfinite(a), "> 0 and finite"),
         "eps": (lambda a: (a >= 0) & np.isfinite(a), ">= 0 and finite"),
         "n": (lambda a: (a >= 1) & (a == np.floor(a)) & np.isfinite(a), "an integer >= 1"),
         "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
     }
-    for name, array in args.items():
+    for name, value in args.items():
         ok, allowed = checks[name]
-        bad = ~ok(array)
+        bad = ~ok(np.asarray(value))
         if bad.any():
-            raise ValueError(f"{name} must be {allowed}, got {name}={float(array[bad][0])!r}")
+            raise ValueError(f"{name} must be {allowed}, got {name}={float(np.asarray(value)[bad][0])!r}")
 
 
 KEYS = {"eps": ("eps", "eps_lower"), "delta": ("delta", "delta_lower"), "eps0_max": ("eps0", None)}

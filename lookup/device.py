@@ -55,25 +55,50 @@ class DeviceTable:
         return self.upper[((r * n_eps0 + e) * n_n + j) * n_delta + d]
 
     def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
-        """Certified eps: eps0 rounded up, n rounded down, the chord in (e^eps, delta).
-
-        ValueError when the file cannot answer (row absent, eps0 above the grid, n or delta
-        below it); the caller then needs the full lookup or the engine.
-        """
+        """Certified eps (the rules of ``lookup.rules`` for one query); ValueError when the file
+        cannot answer (row absent, eps0 above the grid, n or delta below it)."""
         r = self.row(params)
-        axes = self.header
-        e = bisect.bisect_left(axes["eps0"], eps0)
-        j = bisect.bisect_right(axes["n"], n) - 1
-        if r is None or e == len(axes["eps0"]) or j < 0 or delta < axes["delta"][0]:
+        cell = locate(self.header["eps0"], self.header["n"], self.header["delta"], eps0, n, delta)
+        if r is None or cell is None:
             raise ValueError(f"the device file does not cover {params} eps0={eps0} n={n} delta={delta}")
-        grid = axes["delta"]
-        hi = min(bisect.bisect_left(grid, delta), len(grid) - 1)
-        if delta >= grid[hi]:
-            return min(self.value(r, e, j, hi), eps0)
+        return min(chord(lambda d: self.value(r, cell.eps0_up, cell.n_down, d), cell), eps0)
+
+
+class Cell:
+    """Where one query falls in the grid: indices and the chord weight (see ``locate``)."""
+
+    __slots__ = ("eps0_up", "eps0_down", "n_down", "n_up", "lo", "hi", "t", "edge")
+
+    def __init__(self, *values: Any) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            setattr(self, name, value)
+
+
+def locate(eps0_axis: list[float], n_axis: list[float], delta_axis: list[float], eps0: float, n: float,
+           delta: float) -> Cell | None:
+    """Grid indices of a query for the conservative rules, None outside the grid in an unsafe
+    direction: eps0 rounded up, n down, and the bracketing deltas lo <= hi with the chord weight
+    t of the smaller one (t = 0 on a grid delta or above the largest)."""
+    e = bisect.bisect_left(eps0_axis, eps0)
+    j = bisect.bisect_right(n_axis, n) - 1
+    if e == len(eps0_axis) or j < 0 or delta < delta_axis[0]:
+        return None
+    hi = min(bisect.bisect_left(delta_axis, delta), len(delta_axis) - 1)
+    lo, t = hi, 0.0
+    if delta < delta_axis[hi]:
         lo = hi - 1
-        t = (grid[hi] - delta) / (grid[hi] - grid[lo])
-        x = t * math.expm1(self.value(r, e, j, lo)) + (1 - t) * math.expm1(self.value(r, e, j, hi))
-        return min(math.log1p(x) * (1 + FLOAT_SLACK), eps0)
+        t = (delta_axis[hi] - delta) / (delta_axis[hi] - delta_axis[lo])
+    edge = eps0 < eps0_axis[0] or n > n_axis[-1] or delta > delta_axis[-1]
+    return Cell(e, bisect.bisect_right(eps0_axis, eps0) - 1, j, bisect.bisect_left(n_axis, n), lo, hi, t, edge)
+
+
+def chord(value: Any, cell: Cell) -> float:
+    """eps on the chord in (e^eps, delta) between the cell's two grid deltas, rounded up;
+    ``value(d)`` is the certified eps at grid delta index d."""
+    if cell.t == 0.0:
+        return value(cell.hi)
+    x = cell.t * math.expm1(value(cell.lo)) + (1 - cell.t) * math.expm1(value(cell.hi))
+    return math.log1p(x) * (1 + FLOAT_SLACK)
 
 
 def read_device(path: str) -> DeviceTable:

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lookup.device import FLOAT_SLACK
 from lookup.table import Table
-
-FLOAT_SLACK = 1e-12
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_l
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(d_large > d_small, (d_large - delta) / (d_large - d_small), 0.0)
     x_minus_one = t * np.expm1(u_small) + (1 - t) * np.expm1(u_large)
-    return np.log1p(x_minus_one) * (1 + FLOAT_SLACK)
+    return np.where(t == 0, u_large, np.log1p(x_minus_one) * (1 + FLOAT_SLACK))
 
 
 def eps_at(table: Table, row: int, c: Corner, eps0: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -47,13 +47,14 @@ class Table:
     lower: np.ndarray
     attrs: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.axis_lists = (self.eps0.tolist(), self.n.tolist(), self.delta.tolist())  # for bisect
+        self._rows = {(f, canonical_params(p)): i for i, (f, p) in enumerate(zip(self.families, self.params,
+                                                                                  strict=True))}
+
     def row(self, family: str, params: dict[str, Any]) -> int | None:
         """Index of the row of ``family`` with exactly these parameters, None if absent."""
-        key = canonical_params(params)
-        for i, (f, p) in enumerate(zip(self.families, self.params, strict=True)):
-            if f == family and canonical_params(p) == key:
-                return i
-        return None
+        return self._rows.get((family, canonical_params(params)))
 
     def labels(self) -> list[str]:
         return [" ".join([f, *(f"{k}={v}" for k, v in sorted(p.items()))])
