@@ -27,6 +27,7 @@ MECHANISM_OPTIONS = [
     click.option("--parts", type=str, default=None, help="joint: number of attributes"),
     click.option("--bases", type=str, default=None, help="parallel: comma-separated mechanisms"),
     click.option("--weights", type=str, default=None, help="parallel: comma-separated probabilities"),
+    click.option("--p", "noise_p", type=str, default=None, help="binary-sum / histogram: Bernoulli noise parameter"),
     click.option("--n", "n", required=True, type=str, help="number of users (1e6 accepted)"),
     click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
 ]
@@ -82,18 +83,23 @@ def main() -> None:
 
 @main.command()
 @mechanism_options
-@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--eps0", type=str, default=None, help="local privacy parameter, > 0")
 @click.option("--delta", type=str, default=None, help="target delta in (0, 1): returns the certified eps")
 @click.option("--eps", type=str, default=None, help="target eps >= 0: returns the certified delta")
 @click.option("--no-lower", is_flag=True, help="skip the lower bound")
-def compute(mechanism: str, n: str, as_json: bool, eps0: str, delta: str | None, eps: str | None,
-            no_lower: bool, **raw: Any) -> None:
+def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str | None, eps: str | None,
+            no_lower: bool, noise_p: str | None, **raw: Any) -> None:
     """Certified eps for --delta (or certified delta for --eps), with the lower bound."""
     from tablegen.engine import delta_bounds, eps_bounds
+    from tablegen.protocols.accounting import PROTOCOLS
 
+    if mechanism in PROTOCOLS:
+        return _compute_protocol(mechanism, n, noise_p, delta, eps, as_json)
     try:
         if (delta is None) == (eps is None):
             raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
+        if eps0 is None or noise_p is not None:
+            raise ValueError(f"mechanism {mechanism!r} needs --eps0 (and takes no --p)")
         params = _params(raw)
         e0, users = _number("eps0", eps0), _number("n", n)
         if mechanism == "generic-closed-form":
@@ -108,6 +114,94 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str, delta: str | None,
         _fail(exc)
     result.update(mechanism=mechanism, eps0=e0, n=int(users), **_plain(params))
     _emit(result, as_json)
+
+
+def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | None, eps: str | None,
+                      as_json: bool) -> None:
+    """binary-sum / histogram (shuffled-histograms.txt section 3) with noise parameter --p."""
+    from tablegen.protocols import accounting
+
+    try:
+        if (delta is None) == (eps is None):
+            raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
+        if noise_p is None:
+            raise ValueError(f"mechanism {mechanism!r} needs --p, the Bernoulli noise parameter in (0, 1)")
+        users, p = _number("n", n), _number("p", noise_p)
+        if delta is not None:
+            upper, lower = accounting.eps_bounds(mechanism, delta=_number("delta", delta), n=users, p=p)
+            result = {"eps": upper, "eps_lower": lower, "certified": True}
+        else:
+            upper, lower = accounting.delta_bounds(mechanism, eps=_number("eps", eps), n=users, p=p)
+            result = {"delta": upper, "delta_lower": lower, "certified": True}
+    except ValueError as exc:
+        _fail(exc)
+    _emit({**result, "mechanism": mechanism, "n": int(users), "p": p}, as_json)
+
+
+@main.command()
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--eps", required=True, type=str, help="target eps > 0")
+@click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
+@click.option("--n", required=True, type=str, help="number of users")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> None:
+    """Largest p (least noise) certified (eps, delta)-DP, beside the paper's p."""
+    from tablegen.protocols import accounting
+
+    try:
+        e, d, users = _number("eps", eps), _number("delta", delta), _number("n", n)
+        p = accounting.calibrate(mechanism, eps=e, delta=d, n=users)
+    except ValueError as exc:
+        _fail(exc)
+    paper = accounting.paper_p(mechanism, eps=e, delta=d, n=int(users))
+    _emit({"p": p, "certified": True, "paper_p": paper, "noise_reduction": (1 - paper) / (1 - p),
+           "mechanism": mechanism, "eps": e, "delta": d, "n": int(users)}, as_json)
+
+
+@main.command()
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--n", required=True, type=str, help="number of users")
+@click.option("--d", "domain", type=int, default=10, show_default=True, help="histogram: domain size")
+@click.option("--eps", type=str, default=None, help="calibrate p for this eps (with --delta)")
+@click.option("--delta", type=str, default=None, help="calibrate p for this delta (with --eps)")
+@click.option("--p", "noise_p", type=str, default=None, help="noise parameter instead of calibrating")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def simulate(mechanism: str, n: str, domain: int, eps: str | None, delta: str | None, noise_p: str | None,
+             seed: int, as_json: bool) -> None:
+    """Run a protocol on synthetic data (Zipf-like values) and report its error."""
+    import numpy as np
+
+    from tablegen.protocols import accounting
+    from tablegen.protocols import simulate as protocol
+
+    try:
+        users = int(_number("n", n))
+        if users < 1 or domain < 1:
+            raise ValueError(f"n and d must be >= 1, got n={users}, d={domain}")
+        if noise_p is not None:
+            p = _number("p", noise_p)
+        elif eps is not None and delta is not None:
+            p = accounting.calibrate(mechanism, eps=_number("eps", eps), delta=_number("delta", delta), n=users)
+        else:
+            raise ValueError("give --p, or --eps and --delta to calibrate it")
+        accounting.check(mechanism, 0.0, users, p)
+    except ValueError as exc:
+        _fail(exc)
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, domain + 1)
+    if mechanism == "histogram":
+        x = rng.choice(domain, size=users, p=weights / weights.sum())
+        messages = protocol.shuffle(protocol.histogram_randomizer(x, domain, p, rng), rng)
+        error = np.abs(protocol.histogram_analyzer(messages, users, domain, p) - np.bincount(x, minlength=domain)
+                       / users).max()
+    else:
+        x = (rng.random(users) < 0.3).astype(np.int64)
+        messages = protocol.shuffle(protocol.binary_randomizer(x, p, rng), rng)
+        error = abs(protocol.binary_analyzer(messages, users, p) - x.mean())
+    _emit({"mechanism": mechanism, "n": users, "d": domain, "p": p, "messages": int(messages.size),
+           "max_abs_error": float(error), "paper_bound_beta_0.05": float(protocol.paper_error_bound(users, p, 0.05))},
+          as_json)
 
 
 def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any]) -> dict[str, Any]:

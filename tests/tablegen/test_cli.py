@@ -49,3 +49,29 @@ def test_bad_input_exits_nonzero_with_parameter_named():
         out = run("compute", *args)
         assert out.exit_code == 2, (args, out.output)
         assert name in out.output and "Traceback" not in out.output
+
+
+def test_protocol_compute_calibrate_simulate():
+    from tablegen.protocols.accounting import calibrate, eps_bounds
+
+    out = run("compute", "--mechanism", "binary-sum", "--p", "0.97", "--n", "100000", "--delta", "1e-8", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["eps"] == eps_bounds("binary-sum", delta=1e-8, n=100000, p=0.97)[0]
+    out = run("calibrate", "--mechanism", "histogram", "--eps", "1", "--delta", "1e-6", "--n", "100000", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["p"] == calibrate("histogram", eps=1.0, delta=1e-6, n=100000) and data["p"] > data["paper_p"]
+    out = run("simulate", "--mechanism", "binary-sum", "--n", "1e4", "--p", "0.99", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["max_abs_error"] <= json.loads(out.output)["paper_bound_beta_0.05"]
+
+
+def test_protocol_bad_input():
+    out = run("compute", "--mechanism", "histogram", "--n", "100", "--delta", "1e-6")
+    assert out.exit_code == 2 and "needs --p" in out.output
+    out = run("compute", "--mechanism", "histogram", "--n", "100", "--p", "1.5", "--delta", "1e-6")
+    assert out.exit_code == 2 and "p must be in (0, 1)" in out.output
+    out = run("calibrate", "--mechanism", "histogram", "--eps", "0.1", "--delta", "1e-10", "--n", "50")
+    assert out.exit_code == 2 and "more users are needed" in out.output
+    out = run("compute", "--mechanism", "krr", "--k", "3", "--n", "10", "--delta", "1e-6")
+    assert out.exit_code == 2 and "needs --eps0" in out.output
