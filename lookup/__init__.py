@@ -8,7 +8,8 @@ Imports numpy only (zarr when a table is opened); the engine is imported lazily 
 """
 
 from lookup.api import Answer, delta, eps, eps0_max
+from lookup.calibration import calibrate
 from lookup.table import Table, TableError, open_table
 
 __version__ = "0.1.0"
-__all__ = ["Answer", "Table", "TableError", "delta", "eps", "eps0_max", "open_table"]
+__all__ = ["Answer", "Table", "TableError", "calibrate", "delta", "eps", "eps0_max", "open_table"]

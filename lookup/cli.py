@@ -92,6 +92,24 @@ def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: 
 
 
 @main.command()
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
+@click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
+@click.option("--n", required=True, type=str, help="number of users")
+@click.option("--table", default=None, help="calibration table (default: data/protocols.zarr)")
+@click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, no_live: bool, as_json: bool) -> None:
+    """Largest certified p (least noise) of a shuffled-histogram protocol, rounded toward more noise."""
+    def run() -> dict[str, Any]:
+        a = lookup.calibrate(mechanism, eps=parse_number("eps", eps_), n=parse_number("n", n),
+                             delta=parse_number("delta", delta), table=table, live=not no_live)
+        return {"p": a.value, "certified": True, "source": a.source, "corner": a.corner}
+
+    _answer(run, as_json)
+
+
+@main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port)")
 @click.option("--table", default=None, help="table store (default: the shipped table)")

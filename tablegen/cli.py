@@ -295,6 +295,20 @@ def verify(store_path: str, sample: int, seed: int) -> None:
     click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} curves recomputed and equal")
 
 
+@main.command("build-calibration")
+@click.option("--spec", "spec_path", required=True, help="axes of eps, n, delta, e.g. workflows/protocols.toml")
+@click.option("--out", required=True, help="table to write, e.g. data/protocols.zarr")
+def build_calibration(spec_path: str, out: str) -> None:
+    """Table of the calibrated p of the binary-sum and histogram protocols (published atomically)."""
+    from tablegen.protocols.table import build_calibration as build_table
+
+    try:
+        result = build_table(spec_path, out)
+    except ValueError as exc:
+        _fail(exc)
+    click.echo(f"published {result['out']}: {result['cells']} cells ({result['without_p']} without a certified p)")
+
+
 @main.command()
 @click.option("--device", is_flag=True, required=True, help="write a compact device file (the only format)")
 @click.option("--mechanism", required=True, help="mechanism family to export, e.g. krr")

@@ -146,6 +146,11 @@ def spec_from_dict(raw: dict[str, Any], source: str = "<spec>") -> Spec:
                 values["delta"], settings, source)
 
 
+def parse_axis(value: Any, key: str, source: str) -> np.ndarray:
+    """One axis (list or segments, see the module docstring), SpecError naming ``source`` and ``key``."""
+    return _axis(value, key, lambda k, reason: SpecError(f"{source}: {k}: {reason}"))
+
+
 def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
     if value is None:
         raise fail(key, "missing axis")

@@ -1,0 +1,103 @@
+"""``lookup.calibrate``: the noise parameter p of the shuffled-histogram protocols from a table.
+
+The table (``tablegen build-calibration``) holds the calibrated p at grid targets.  A p
+certified for a target (eps, n, delta) is also certified for any looser one: larger eps, larger
+delta (weaker guarantees), and more users (n users' noise Bin(n, p) is Bin(n', p) plus
+independent noise, a post-processing, for n' <= n).  So on loading p is made monotone
+(maximum over stricter grid targets), and a query takes the grid value at (eps rounded DOWN,
+n rounded DOWN, delta rounded DOWN): p can only be rounded toward more noise.  Targets below
+the grid (or cells without a certified p) are calibrated live by the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lookup.api import Answer
+from lookup.table import MANIFEST, TableError, read_verified
+
+ENV_TABLE = "SHUFFLE_EPS_PROTOCOL_TABLE"
+
+
+@dataclass
+class CalibrationTable:
+    path: str
+    protocols: list[str]
+    eps: np.ndarray
+    n: np.ndarray
+    delta: np.ndarray
+    p: np.ndarray  # monotone: max over stricter grid targets, NaN where none
+
+
+_OPEN: dict[tuple[str, float], CalibrationTable] = {}
+
+
+def open_calibration(path: str | Path | None = None) -> CalibrationTable:
+    path = Path(path or os.environ.get(ENV_TABLE) or Path(__file__).resolve().parents[1] / "data" / "protocols.zarr")
+    real = os.path.realpath(path)
+    manifest = Path(real) / MANIFEST
+    if not manifest.is_file():
+        raise TableError(f"{path}: not a published calibration table (no {MANIFEST}); "
+                         "build one with `tablegen build-calibration`")
+    key = (real, manifest.stat().st_mtime)
+    if key not in _OPEN:
+        _OPEN[key] = _load(real, read_verified(Path(real)))
+    return _OPEN[key]
+
+
+def _load(path: str, files: dict[str, bytes]) -> CalibrationTable:
+    import zarr
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    group = zarr.open_group(MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}), mode="r",
+                            use_consolidated=True)
+    p = np.asarray(group["p"][...], dtype=float)
+    for axis in (1, 2, 3):  # p at a stricter target (smaller eps, n, delta) holds here too
+        p = np.fmax.accumulate(p, axis=axis)
+    return CalibrationTable(path, [str(x) for x in group["protocol"][...]], np.asarray(group["eps"][...], float),
+                            np.asarray(group["n"][...], float), np.asarray(group["delta"][...], float), p)
+
+
+def calibrate(protocol: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True) -> Answer:
+    """Largest certified p (least noise) for (eps, delta)-DP with n users; arrays broadcast."""
+    t = table if isinstance(table, CalibrationTable) else open_calibration(table)
+    e, m, d = (np.asarray(v, dtype=float) for v in (eps, n, delta))
+    shape = np.broadcast_shapes(e.shape, m.shape, d.shape)
+    e, m, d = (np.broadcast_to(v, shape).ravel() for v in (e, m, d))
+    if not (np.all(e > 0) and np.all(np.isfinite(e)) and np.all(m >= 1) and np.all((d > 0) & (d < 1))):
+        raise ValueError("eps must be > 0, n >= 1 and delta in (0, 1)")
+    if protocol not in t.protocols:
+        raise ValueError(f"unknown protocol mechanism={protocol!r}; the table has {', '.join(t.protocols)}")
+    idx = [np.searchsorted(axis, v, side="right") - 1 for axis, v in ((t.eps, e), (t.n, m), (t.delta, d))]
+    outside = np.any([i < 0 for i in idx], axis=0)
+    clipped = [np.clip(i, 0, None) for i in idx]
+    value = np.where(outside, np.nan, t.p[t.protocols.index(protocol), clipped[0], clipped[1], clipped[2]])
+    todo = np.isnan(value)
+    if todo.any():
+        if not live:
+            raise TableError(f"the calibration table {t.path} cannot answer {protocol} eps={e[todo][0]:g} "
+                             f"n={m[todo][0]:g} delta={d[todo][0]:g} and live computation is off; it covers "
+                             f"eps {t.eps[0]:g}..{t.eps[-1]:g}, n {t.n[0]:g}..{t.n[-1]:g}, "
+                             f"delta {t.delta[0]:g}..{t.delta[-1]:g}")
+        from tablegen.protocols.accounting import calibrate as live_calibrate
+
+        for i in np.flatnonzero(todo):
+            value[i] = live_calibrate(protocol, eps=float(e[i]), delta=float(d[i]), n=int(m[i]))
+    corner = {name: np.where(todo, np.nan, axis[c]) for name, axis, c in
+              (("eps", t.eps, clipped[0]), ("n", t.n, clipped[1]), ("delta", t.delta, clipped[2]))}
+
+    def out(a: np.ndarray) -> Any:
+        return a.reshape(shape) if shape else a[0].item()
+
+    source = np.where(todo, "live", "table")
+    return Answer(out(value), out(np.full(value.size, np.nan)), out(source), {k: out(v) for k, v in corner.items()},
+                  out(np.full(value.size, np.nan)), out(np.zeros(value.size, bool)))
+
+
+__all__ = ["CalibrationTable", "calibrate", "open_calibration"]
