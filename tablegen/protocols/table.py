@@ -36,7 +36,8 @@ def load_axes(path: str | Path) -> dict[str, np.ndarray]:
         raise SpecError(f"{path}: cannot read spec: {err}") from None
     axes = raw.get("axes", {})
     out = {name: parse_axis(axes.get(name), f"axes.{name}", str(path)) for name in ("eps", "n", "delta")}
-    checks = {"eps": out["eps"][0] > 0, "n": out["n"][0] >= 1 and np.all(out["n"] == np.round(out["n"])),
+    out["n"] = np.unique(np.round(out["n"]))  # geometric axes round to integers
+    checks = {"eps": out["eps"][0] > 0, "n": out["n"][0] >= 1,
               "delta": out["delta"][0] > 0 and out["delta"][-1] < 1}
     for name, ok in checks.items():
         if not ok:
