@@ -56,7 +56,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
     grid = {"eps0": q.nan(), "n": q.nan(), "delta": q.nan()}
     if q.row is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"])
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
         value, lower, slack, outside, edge = rules.eps_at(q.table, q.row, c, q.args["eps0"], q.args["delta"])
         grid = q.grid(c, outside, delta=True)
     todo = outside | (slack > max_slack if max_slack is not None else False)
@@ -75,7 +75,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
     outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
     grid = {"eps0": q.nan(), "n": q.nan()}
     if q.row is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"])
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
         value, lower, outside, edge = rules.delta_at(q.table, q.row, c, q.args["eps0"], q.args["eps"])
         grid = q.grid(c, outside)
     if outside.any():
@@ -107,7 +107,7 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     _check_domain({"eps0": eps0, "n": n, "delta": delta})
     row = table.row(mechanism, {k: v for k, v in params.items() if v is not None})
     cell = locate(*table.axis_lists, eps0, n, delta) if row is not None else None
-    if cell is None:
+    if cell is None or (not table.eps0_monotone[row] and table.axis_lists[0][cell.eps0_up] != eps0):
         return None
     surface = table.upper[row]
     top_n = len(table.axis_lists[1]) - 1

@@ -9,11 +9,13 @@ Layout (all little-endian)::
     then       R*E*N*D float32 certified eps, C order (row, eps0, n, delta), each rounded UP
     then       R*E*N*D float32 lower bounds, rounded DOWN (NaN: none)
 
-Header keys: ``format`` (1), ``family``, ``rows`` (the parameters of each row), ``eps0``,
-``n``, ``delta`` (ascending axes), ``shape`` [R, E, N, D], ``dtype`` ("<f4"),
-``payload_sha256`` (of everything after the header), ``source`` (the table, its spec SHA-256,
-engine version and date).  The surfaces are already monotone (``lookup.table``), so a reader
-applies the rules of ``lookup.rules`` directly; ``DeviceTable.eps`` does so for one query.
+Header keys: ``format`` (1), ``family``, ``rows`` (the parameters of each row),
+``eps0_monotone`` (per row; false: only grid eps0 may be answered), ``eps0``, ``n``, ``delta``
+(ascending axes), ``shape`` [R, E, N, D], ``dtype`` ("<f4"), ``source`` (the table, its spec
+SHA-256, engine version and date), and ``sha256``: the SHA-256 of the header without this key
+(JSON, keys sorted, separators "," and ":") followed by the payload.  The surfaces are already
+monotone (``lookup.table``), so a reader applies the rules of ``lookup.rules`` directly;
+``DeviceTable.eps`` does so for one query.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class DeviceTable:
         self.shape = tuple(header["shape"])
 
     def row(self, params: dict[str, Any]) -> int | None:
-        want = json.dumps({k: v for k, v in params.items() if v is not None}, sort_keys=True)
-        rows = [json.dumps(p, sort_keys=True) for p in self.header["rows"]]
+        want = canonical(params)
+        rows = [canonical(p) for p in self.header["rows"]]
         return rows.index(want) if want in rows else None
 
     def value(self, r: int, e: int, j: int, d: int) -> float:
@@ -57,9 +59,12 @@ class DeviceTable:
     def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
         """Certified eps (the rules of ``lookup.rules`` for one query); ValueError when the file
         cannot answer (row absent, eps0 above the grid, n or delta below it)."""
+        if not (0 < eps0 < math.inf and 1 <= n < math.inf and 0 < delta < 1):
+            raise ValueError(f"need eps0 > 0, n >= 1 and delta in (0, 1), got eps0={eps0} n={n} delta={delta}")
         r = self.row(params)
         cell = locate(self.header["eps0"], self.header["n"], self.header["delta"], eps0, n, delta)
-        if r is None or cell is None:
+        if (r is None or cell is None
+                or (not self.header["eps0_monotone"][r] and self.header["eps0"][cell.eps0_up] != eps0)):
             raise ValueError(f"the device file does not cover {params} eps0={eps0} n={n} delta={delta}")
         return min(chord(lambda d: self.value(r, cell.eps0_up, cell.n_down, d), cell), eps0)
 
@@ -101,23 +106,42 @@ def chord(value: Any, cell: Cell) -> float:
     return math.log1p(x) * (1 + FLOAT_SLACK)
 
 
+def canonical(value: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces; integral floats as ints for parameters)."""
+    if isinstance(value, dict):
+        value = {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in value.items()
+                 if v is not None}
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(header: dict[str, Any], payload: bytes) -> str:
+    """SHA-256 over the header (without its ``sha256`` key) and the payload."""
+    rest = {k: v for k, v in header.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode() + payload).hexdigest()
+
+
 def read_device(path: str) -> DeviceTable:
     """Parse and check a device file (standard library only)."""
     with open(path, "rb") as f:
         data = f.read()
-    if data[:8] != MAGIC:
+    if len(data) < 12 or data[:8] != MAGIC:
         raise DeviceFileError(f"{path}: not a shuffle-eps device file (bad magic)")
     (length,) = struct.unpack_from("<I", data, 8)
     try:
         header = json.loads(data[12:12 + length].decode())
     except (UnicodeDecodeError, ValueError):
         raise DeviceFileError(f"{path}: malformed header") from None
-    if header.get("format") != FORMAT:
-        raise DeviceFileError(f"{path}: unsupported format {header.get('format')!r} (this reader: {FORMAT})")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise DeviceFileError(f"{path}: unsupported format (this reader: {FORMAT})")
     payload = data[12 + length:]
-    if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
-        raise DeviceFileError(f"{path}: refused, payload does not match its SHA-256 (corrupted or modified)")
-    count = math.prod(header["shape"])
+    if checksum(header, payload) != header.get("sha256"):
+        raise DeviceFileError(f"{path}: refused, header and payload do not match their SHA-256 "
+                              "(corrupted or modified)")
+    shape = header["shape"]
+    axes = [len(header["rows"]), len(header["eps0"]), len(header["n"]), len(header["delta"])]
+    if shape != axes or header.get("dtype") != "<f4" or len(header["eps0_monotone"]) != shape[0]:
+        raise DeviceFileError(f"{path}: header shape {shape} or dtype does not match its axes {axes}")
+    count = math.prod(shape)
     if len(payload) != 8 * count:
         raise DeviceFileError(f"{path}: payload has {len(payload)} bytes, expected {8 * count}")
     values = array("f")

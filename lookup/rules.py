@@ -43,12 +43,16 @@ class Corner:
     edge: np.ndarray  # eps0 below the grid or n above it: answered from the edge
 
 
-def corner(table: Table, eps0: np.ndarray, n: np.ndarray) -> Corner:
+def corner(table: Table, eps0: np.ndarray, n: np.ndarray, row: int | None = None) -> Corner:
+    """Grid indices of the queries; for a row that is not one randomizer family in eps0 (OLH
+    with its eps0-dependent default g) only grid eps0 are answered, others are outside."""
     grid_eps0, grid_n = table.eps0, table.n
     up = np.searchsorted(grid_eps0, eps0, side="left")
     down_n = np.searchsorted(grid_n, n, side="right") - 1
     outside = (up >= grid_eps0.size) | (down_n < 0)
     edge = (eps0 < grid_eps0[0]) | (n > grid_n[-1])
+    if row is not None and not table.eps0_monotone[row]:
+        outside |= grid_eps0[np.minimum(up, grid_eps0.size - 1)] != eps0
     return Corner(
         np.minimum(up, grid_eps0.size - 1),
         np.searchsorted(grid_eps0, eps0, side="right") - 1,
@@ -130,15 +134,12 @@ def delta_at(table: Table, row: int, c: Corner, eps0: np.ndarray, eps: np.ndarra
 def eps0_max_at(table: Table, row: int, n: np.ndarray, eps: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:
     """(largest grid eps0 whose certified eps <= target, outside, edge)."""
     grid = table.eps0
-    columns = [eps_at(table, row, corner(table, np.full_like(n, e0), n), np.full_like(n, e0), delta)
+    columns = [eps_at(table, row, corner(table, np.full_like(n, e0), n, row), np.full_like(n, e0), delta)
                for e0 in grid]
     ok = np.stack([col[0] <= eps for col in columns], axis=1)  # (queries, eps0)
-    bad = np.stack([col[3] for col in columns], axis=1)
-    ok &= ~bad
-    # certified eps is non-decreasing in eps0 on the monotone surface: the last True is the answer
-    count = ok.sum(axis=1)
-    value = np.where(count > 0, grid[np.maximum(count - 1, 0)], np.nan)
-    value = np.maximum(value, np.where(count > 0, eps, np.nan))  # eps0 = eps is always certified
-    outside = (count == 0) | bad.all(axis=1)
-    edge = count == grid.size
-    return value, outside, edge
+    ok &= ~np.stack([col[3] for col in columns], axis=1)
+    # the largest grid eps0 whose certified eps is <= the target (a prefix on monotone rows)
+    found = ok.any(axis=1)
+    last = grid.size - 1 - np.argmax(ok[:, ::-1], axis=1)
+    value = np.where(found, np.maximum(grid[last], eps), np.nan)  # eps0 = eps is always certified
+    return value, ~found, found & (last == grid.size - 1)

@@ -46,8 +46,11 @@ class Table:
     upper: np.ndarray
     lower: np.ndarray
     attrs: dict[str, Any] = field(default_factory=dict)
+    eps0_monotone: np.ndarray | None = None  # per row; False: only grid eps0 are answered
 
     def __post_init__(self) -> None:
+        if self.eps0_monotone is None:
+            self.eps0_monotone = np.ones(len(self.families), dtype=bool)
         self.axis_lists = (self.eps0.tolist(), self.n.tolist(), self.delta.tolist())  # for bisect
         self._rows = {(f, canonical_params(p)): i for i, (f, p) in enumerate(zip(self.families, self.params,
                                                                                   strict=True))}
@@ -121,7 +124,7 @@ def _open_device(path: str) -> Table:
         lower = np.asarray(d.lower, dtype=float).reshape(shape)
         h = d.header
         _OPEN[key] = from_arrays(path, [h["family"]] * shape[0], h["rows"], h["eps0"], h["n"], h["delta"],
-                                 upper, lower, h.get("source", {}))
+                                 upper, lower, h.get("source", {}), h["eps0_monotone"])
     return _OPEN[key]
 
 
@@ -162,24 +165,30 @@ def _load_zarr(store: Path, files: dict[str, bytes]) -> Table:
             [json.loads(str(p)) for p in group["params"][...]],
             group["eps0"][...], group["n"][...], group["delta"][...],
             group["eps"][...], group["eps_lower"][...], dict(group.attrs),
+            group["eps0_monotone"][...] if "eps0_monotone" in group else None,
         )
     except Exception as err:  # a chunk failing its crc32c, a missing array
         raise TableError(f"{store}: refused, cannot read the table: {err}") from None
 
 
 def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,
-                delta: np.ndarray, eps: np.ndarray, eps_lower: np.ndarray, attrs: dict[str, Any]) -> Table:
-    """A Table from raw arrays (eps: mechanism x eps0 x n x delta), surfaces made monotone."""
+                delta: np.ndarray, eps: np.ndarray, eps_lower: np.ndarray, attrs: dict[str, Any],
+                eps0_monotone: np.ndarray | None = None) -> Table:
+    """A Table from raw arrays (eps: mechanism x eps0 x n x delta), surfaces made monotone
+    (along eps0 only for rows that are one randomizer family in eps0)."""
     eps = np.asarray(eps, dtype=float)
     if not np.all(np.isfinite(eps)):
         raise TableError(f"{path}: refused, eps has missing values")
+    mono = np.ones(eps.shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
     # upper: min over eps0' >= eps0, n' <= n, delta' <= delta
-    upper = np.minimum.accumulate(eps[:, ::-1], axis=1)[:, ::-1]
+    upper = eps.copy()
+    upper[mono] = np.minimum.accumulate(eps[mono][:, ::-1], axis=1)[:, ::-1]
     upper = np.minimum.accumulate(upper, axis=2)
     upper = np.minimum.accumulate(upper, axis=3)
     # lower: max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
-    lower = np.fmax.accumulate(np.asarray(eps_lower, dtype=float), axis=1)
+    lower = np.asarray(eps_lower, dtype=float).copy()
+    lower[mono] = np.fmax.accumulate(lower[mono], axis=1)
     lower = np.fmax.accumulate(lower[:, :, ::-1], axis=2)[:, :, ::-1]
     lower = np.fmax.accumulate(lower[..., ::-1], axis=3)[..., ::-1]
     return Table(path, families, params, np.asarray(eps0, float), np.asarray(n, float),
-                 np.asarray(delta, float), upper, lower, attrs)
+                 np.asarray(delta, float), upper, lower, attrs, mono)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tablegen import ENGINE_VERSION, __version__, store
+from tablegen.mechanisms import get_mechanism
 from tablegen.spec import Spec
 
 IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
@@ -218,6 +219,11 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
                        {"long_name": "mechanism family (tablegen registry name)"}),
             "params": ("mechanism", np.array([json.dumps(r.params, sort_keys=True) for r in spec.rows],
                                              dtype=object), {"long_name": "family parameters as JSON"}),
+            "eps0_monotone": ("mechanism", np.array([get_mechanism(r.family).eps0_monotone(r.params)
+                                                     for r in spec.rows]),
+                              {"long_name": "1: eps is non-decreasing in eps0 along the row (rounding eps0 up "
+                                            "is safe); 0: the randomizer changes with eps0 (e.g. OLH's default "
+                                            "g), only grid eps0 are answered"}),
             "eps0": ("eps0", spec.eps0, {"long_name": "local privacy parameter eps0", "units": "1"}),
             "n": ("n", spec.n.astype(np.int64), {"long_name": "number of users", "units": "1"}),
             "delta": ("delta", spec.delta, {"long_name": "target delta", "units": "1"}),

@@ -9,7 +9,6 @@ monotone ones of ``lookup.table``, so a reader needs no preprocessing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FORMAT, MAGIC
+from lookup.device import FORMAT, MAGIC, checksum
 from lookup.table import canonical_params, open_table
 
 
@@ -47,15 +46,16 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "format": FORMAT,
         "family": family,
         "rows": [t.params[i] for i in rows],
+        "eps0_monotone": [bool(t.eps0_monotone[i]) for i in rows],
         "eps0": t.eps0.tolist(),
         "n": t.n.tolist(),
         "delta": t.delta.tolist(),
         "shape": [len(rows), t.eps0.size, t.n.size, t.delta.size],
         "dtype": "<f4",
         "rounding": "eps rounded up, lower bounds rounded down to float32",
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
+    header["sha256"] = checksum(header, payload)
     text = json.dumps(header, separators=(",", ":")).encode()
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")

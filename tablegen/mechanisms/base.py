@@ -23,6 +23,7 @@ class Param:
     check: Callable[[str, Any], Any]
     help: str
     required: bool = False
+    eps0_default: bool = False  # the default depends on eps0 (so the randomizer changes with eps0)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,12 @@ class Mechanism:
     lower: Callable[..., list[Decomposition]] | None
     params: dict[str, Param] = field(default_factory=dict)
     extra_delta: Callable[..., float] | None = None  # (eps, eps0, n, **params) -> added delta
+
+    def eps0_monotone(self, params: dict[str, Any]) -> bool:
+        """Whether rows with these parameters are one randomizer family in eps0 (a smaller eps0
+        is a post-processing of a larger one, DESIGN.md section 3); False when a parameter's
+        default depends on eps0 (OLH's g), so neighbouring eps0 are different randomizers."""
+        return not any(spec.eps0_default and params.get(name) is None for name, spec in self.params.items())
 
     def resolve(self, params: dict[str, Any]) -> dict[str, Any]:
         """Validate ``params`` against the declared ones, filling defaults."""

@@ -207,7 +207,7 @@ def _mechanism(
 
 
 K_PARAM = Param(None, _k, "number of categories k, an integer >= 2", required=True)
-G_PARAM = Param(None, _k, "number of hash buckets g >= 2 (default round(e^eps0) + 1)")
+G_PARAM = Param(None, _k, "number of hash buckets g >= 2 (default round(e^eps0) + 1)", eps0_default=True)
 DOMAIN_PARAM = Param(None, _k, "optional finite domain size >= 2: exact optimal decomposition of the matrix")
 
 MECHANISMS = [

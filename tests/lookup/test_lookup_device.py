@@ -64,7 +64,17 @@ def test_corrupted_device_file_is_refused(table_path: Path, tmp_path: Path) -> N
     data = bytearray(device.read_bytes())
     data[-5] ^= 1
     device.write_bytes(bytes(data))
-    with pytest.raises(lookup.TableError, match="payload does not match its SHA-256"):
+    with pytest.raises(lookup.TableError, match="do not match their SHA-256"):
         lookup.open_table(device)
     with pytest.raises(ValueError, match="no row of mechanism='oue'"):
         export_device(tmp_path / "x.dev", "oue", {}, str(table_path))
+
+
+def test_tampered_device_header_is_refused(table_path: Path, tmp_path: Path) -> None:
+    device = tmp_path / "krr.dev"
+    export_device(device, "krr", {}, str(table_path))
+    data = device.read_bytes().replace(b'"n":[20.0,40.0,80.0]', b'"n":[10.0,40.0,80.0]')  # same length
+    assert data != device.read_bytes()
+    device.write_bytes(data)
+    with pytest.raises(lookup.TableError, match="do not match their SHA-256"):
+        lookup.open_table(device)

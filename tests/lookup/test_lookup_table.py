@@ -60,3 +60,16 @@ def test_import_is_light() -> None:
             "('dask', 'distributed', 'xarray', 'scipy', 'pandas', 'tablegen', 'zarr', 'click')]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_rows_that_change_with_eps0_answer_grid_eps0_only() -> None:
+    eps = np.array([[[[0.30]], [[0.20]]]])  # OLH-like row: eps0 = 2 smaller than eps0 = 1 (another g)
+    t = from_arrays("x", ["olh"], [{}], np.array([1.0, 2.0]), np.array([10]), np.array([1e-6]), eps,
+                    np.full_like(eps, np.nan), {}, np.array([False]))
+    assert t.upper[0, 0, 0, 0] == 0.30  # no minimum across eps0 for this row
+    on_grid = lookup.eps("olh", eps0=1.0, n=10, delta=1e-6, table=t, live=False)
+    assert on_grid.value == 0.30 and on_grid.source == "table"
+    for eps0 in (1.5, [1.5, 2.0]):
+        with pytest.raises(lookup.TableError):
+            lookup.eps("olh", eps0=eps0, n=10, delta=1e-6, table=t, live=False)
+    assert lookup.eps0_max("olh", eps=0.25, n=10, delta=1e-6, table=t, live=False).value == 2.0
