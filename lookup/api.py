@@ -113,7 +113,7 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     top_n = len(table.axis_lists[1]) - 1
     value = min(chord(lambda d: float(surface[cell.eps0_up, cell.n_down, d]), cell), eps0)
     opposite = chord(lambda d: float(surface[max(cell.eps0_down, 0), min(cell.n_up, top_n), d]), cell)
-    slack = math.nan if cell.edge else value / min(opposite, eps0) - 1
+    slack = math.nan if cell.edge or opposite <= 0 else value / min(opposite, eps0) - 1
     if max_slack is not None and not slack <= max_slack:
         return None
     deltas = table.axis_lists[2]

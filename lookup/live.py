@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ def _disk_write(key: str, value: tuple[float, ...]) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "value": list(value)}))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique per thread and process
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"key": key, "value": list(value)}))
     os.replace(tmp, path)

@@ -30,6 +30,8 @@ import numpy as np
 from lookup.device import FLOAT_SLACK
 from lookup.table import Table
 
+UNIT_ROUNDOFF = 2.0**-53
+
 
 @dataclass(frozen=True)
 class Corner:
@@ -118,10 +120,11 @@ def delta_at(table: Table, row: int, c: Corner, eps0: np.ndarray, eps: np.ndarra
     k = np.minimum(first, grid.size - 1)
     prev = np.maximum(k - 1, 0)
     u_small, u_large = np.take_along_axis(curve, prev[:, None], 1)[:, 0], curve[np.arange(k.size), k]
-    x = np.expm1(eps)
+    x, a, b = np.expm1(eps), np.expm1(u_small), np.expm1(u_large)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(u_small > u_large, (np.expm1(u_small) - x) / (np.expm1(u_small) - np.expm1(u_large)), 1.0)
-    t = np.where(k == 0, 1.0, np.clip(t, 0.0, 1.0))
+        # t = (a - x) / (a - b), widened by its rounding bound (a and b may nearly coincide)
+        t = np.where(u_small > u_large, ((a - x) + 8 * UNIT_ROUNDOFF * (abs(a) + abs(b) + abs(x))) / (a - b), 1.0)
+    t = np.where(k == 0, 1.0, np.clip(np.nan_to_num(t, nan=1.0), 0.0, 1.0))
     value = (grid[prev] + t * (grid[k] - grid[prev])) * (1 + FLOAT_SLACK)
     value = np.where(eps >= eps0, 0.0, value)  # (eps0, 0)-DP after shuffling
     edge = c.edge | ((first == 0) & (eps < eps0))  # could be below the smallest grid delta

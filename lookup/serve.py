@@ -94,10 +94,12 @@ def make_server(host: str, port: int, table: str | None = None, max_live: int = 
     class Handler(BaseHTTPRequestHandler):
         server_version = f"shuffle-eps-lookup/{lookup.__version__}"
 
+        timeout = 30  # seconds an idle or slow connection may hold its thread
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if len(self.path) > MAX_URL:
                 return self._send(414, {"error": f"request URL longer than {MAX_URL} characters"})
-            if int(self.headers.get("Content-Length") or 0) > 0:
+            if (self.headers.get("Content-Length") or "0").strip() != "0":
                 return self._send(413, {"error": "GET requests take no body"})
             parts = urlsplit(self.path)
             if parts.path not in {*ENDPOINTS, "/v1/info"}:

@@ -36,7 +36,8 @@ UNIT_ROUNDOFF = 2.0**-53
 TAIL = 1e-30  # window: the Bin(n, p) mass outside it is below this (Chernoff), and added
 PROTOCOLS = ("binary-sum", "histogram")
 MAX_EPS = 100.0
-MAX_LOG_NOISE = 40.0  # p up to 1 - e^-40
+LOG_CAP = 700.0  # exp overflows above ~709
+MAX_LOG_NOISE = 36.0  # p up to 1 - e^-36, still below 1 in floating point
 
 
 def log_pmf(n: int, p: float, k: np.ndarray) -> tuple[np.ndarray, float]:
@@ -123,13 +124,18 @@ def _histogram(eps: float, n: int, p: float) -> tuple[float, float]:
     mm = np.clip(m, 0, None)
     w_m = np.where(has, cdf[mm], 0.0)
     w_prev = np.where(m >= 1, cdf[np.clip(m - 1, 0, None)], 0.0)
-    factor = np.exp(eps - ell_a)
+    # e^(eps - l(a)) capped where it would overflow: a smaller factor only enlarges the upper
+    # bound's inner sum; those rows contribute nothing to the lower bound
+    capped = eps - ell_a > LOG_CAP
+    factor = np.exp(np.minimum(eps - ell_a, LOG_CAP))
     inner = np.maximum(w_m - factor * w_prev, 0.0)
-    # rounding of the cancellation: a few ulps of the two magnitudes and of the cumulative sums
-    inner_err = 4 * UNIT_ROUNDOFF * (k.size + 4) * (w_m + factor * w_prev)
+    # errors of the cancellation: the pmf's relative error and the rounding of the cumulative sums
+    inner_err = (math.expm1(err) + 4 * UNIT_ROUNDOFF * (k.size + 4)) * (w_m + factor * w_prev)
     main = float(b @ inner)
+    main_lower = float(b @ np.where(capped, 0.0, inner))
     slack = float(b @ inner_err)
-    upper, lower = _bounded(main, k.size, err, outside)
+    upper, _ = _bounded(main, k.size, err, outside)
+    _, lower = _bounded(main_lower, k.size, err, outside)
     # the cdf misses the mass B below the window: the true inner sum is the computed one plus
     # B (1 - factor), so add B (at most ``outside``) to the upper bound and take B (factor - 1)_+ off
     below = _chernoff(n, p, int(k[0]) - 1, below=True)
@@ -189,10 +195,10 @@ def calibrate(protocol: str, *, eps: float, delta: float, n: int, rtol: float = 
                          "gives a larger delta (more users are needed)")
     hi = lo
     while True:
-        hi = 2 * hi
+        hi = min(2 * hi, MAX_LOG_NOISE)
         if excess(hi) > 0:
             break
-        if hi > MAX_LOG_NOISE:
+        if hi == MAX_LOG_NOISE:  # certified even with (almost) no noise
             return -math.expm1(-hi)
     a, _ = shrink_bracket(lambda x: -excess(x), lo, -excess(lo), hi, -excess(hi), rtol)
     return -math.expm1(-a)

@@ -73,3 +73,18 @@ def test_rows_that_change_with_eps0_answer_grid_eps0_only() -> None:
         with pytest.raises(lookup.TableError):
             lookup.eps("olh", eps0=eps0, n=10, delta=1e-6, table=t, live=False)
     assert lookup.eps0_max("olh", eps=0.25, n=10, delta=1e-6, table=t, live=False).value == 2.0
+
+
+def test_delta_chord_is_safe_when_grid_values_nearly_coincide() -> None:
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    u_small, u_large = 1.0, 1.0 - 1.2e-14  # eps at delta = 1e-7 and 1e-5
+    eps = np.array([[[[u_small, u_large]]]])
+    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([2.0]), np.array([10]), np.array([1e-7, 1e-5]), eps,
+                    np.full_like(eps, np.nan), {})
+    for query in (1.0 - 6e-15, 1.0 - 1e-14, 1.0 - 2e-15):
+        a, b, x = (Decimal(v).exp() for v in (u_small, u_large, query))
+        exact = Decimal(1e-7) + (a - x) / (a - b) * (Decimal(1e-5) - Decimal(1e-7))
+        got = lookup.delta("krr", eps0=2.0, n=10, eps=query, table=t, live=False, k=3).value
+        assert Decimal(got) >= exact
