@@ -29,6 +29,8 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     if problems:
         return problems
     ds = xr.open_zarr(path, consolidated=True)
+    if "p" in ds.variables and "protocol" in ds.coords:
+        return _verify_calibration(ds, sample, seed)
     missing = [k for k in ("certification", "spec_sha256") if k not in ds.attrs]
     missing += [v for v in ("eps", "eps_lower", "family", "params") if v not in ds.variables]
     if missing:
@@ -45,6 +47,24 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     cells = [tuple(c) for c in np.ndindex(*eps.shape[:3])]
     for cell in random.Random(seed).sample(cells, min(sample, len(cells))):
         problems += _recompute(ds, cell, settings)
+    return problems
+
+
+def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN001
+    """Calibration tables: p in (1/2, 1) or NaN, and ``sample`` random cells recalibrated live."""
+    from tablegen.protocols.accounting import calibrate
+
+    p = ds["p"].values
+    problems = [] if np.all(np.isnan(p) | ((p > 0.5) & (p < 1))) else ["p: values outside (1/2, 1)"]
+    for r, e, j, d in random.Random(seed).sample(list(np.ndindex(*p.shape)), min(sample, p.size)):
+        protocol = str(ds["protocol"].values[r])
+        eps, n, delta = float(ds["eps"].values[e]), int(ds["n"].values[j]), float(ds["delta"].values[d])
+        try:
+            live = calibrate(protocol, eps=eps, delta=delta, n=n)
+        except ValueError:
+            live = np.nan
+        if not (np.isnan(live) and np.isnan(p[r, e, j, d])) and live != p[r, e, j, d]:
+            problems.append(f"{protocol} eps={eps:g} n={n} delta={delta:g}: stored p={p[r, e, j, d]!r}, live {live!r}")
     return problems
 
 
