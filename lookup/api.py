@@ -11,6 +11,7 @@ the table covers.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         max_slack: float | None = None, **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast)."""
     if table is None:
-        table = open_table()
+        table = default_table()
     if isinstance(table, Table) and all(type(v) in (float, int) for v in (eps0, n, delta)):
         fast = _scalar_eps(table, mechanism, params, eps0, n, delta, max_slack)
         if fast is not None:
@@ -125,6 +126,13 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     return Answer(value, lower, "table", grid, slack, cell.edge)
 
 
+@functools.cache
+def default_table() -> Table:
+    """The default table, opened and verified once per process (``open_table(path)`` rereads a
+    table republished while the process runs)."""
+    return open_table()
+
+
 class _Queries:
     """Validated, broadcast query arrays, the table and the mechanism's row in it."""
 
@@ -143,7 +151,8 @@ class _Queries:
         self.args = {k: v.ravel().astype(float) for k, v in zip(arrays, shaped, strict=True)}
         self.size = math.prod(self.shape)
         _check_domain(self.args)
-        self.table: Table = table if isinstance(table, Table) else open_table(table)
+        self.table: Table = table if isinstance(table, Table) else (
+            default_table() if table is None else open_table(table))
         self.row = self.table.row(mechanism, self.params)
 
     def nan(self) -> np.ndarray:
