@@ -137,6 +137,55 @@ def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: 
 
 
 @main.command()
+@click.argument("kind", type=click.Choice(["eps-vs-n", "eps-vs-eps0", "privacy-curve", "eps0-max", "slack"]))
+@click.option("--mechanisms", default="krr k=10,generic", show_default=True,
+              help="comma-separated rows, each 'family [param=value ...]' (the first one for single-row kinds)")
+@click.option("--eps0", type=float, default=None, help="eps-vs-n, privacy-curve")
+@click.option("--n", type=float, default=None, help="eps-vs-eps0, privacy-curve")
+@click.option("--delta", type=float, default=None, help="eps-vs-n, eps-vs-eps0, eps0-max, slack")
+@click.option("--eps", "eps_", type=float, default=None, help="eps0-max: target eps")
+@click.option("--table", default=None, help="table store (default: the shipped table)")
+@click.option("--out", required=True, help="image to write (.png or .svg)")
+def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta: float | None, eps_: float | None,
+         table: str | None, out: str) -> None:
+    """Plot certified curves from a table (needs matplotlib: pip install shuffle-eps[plot])."""
+    from lookup import plot as plots
+
+    def run() -> dict[str, Any]:
+        rows = [_row(text) for text in mechanisms.split(",") if text.strip()]
+        t = lookup.open_table(table)
+        needed = {"eps-vs-n": ("eps0", "delta"), "eps-vs-eps0": ("n", "delta"), "privacy-curve": ("eps0", "n"),
+                  "eps0-max": ("eps", "delta"), "slack": ("delta",)}[kind]
+        given = {"eps0": eps0, "n": n, "delta": delta, "eps": eps_}
+        missing = [name for name in needed if given[name] is None]
+        if missing or not rows:
+            raise ValueError(f"{kind} needs --{', --'.join(missing or ['mechanisms'])}")
+        if kind == "eps-vs-n":
+            plots.eps_vs_n(rows, eps0=eps0, delta=delta, table=t, out=out)
+        elif kind == "eps-vs-eps0":
+            plots.eps_vs_eps0(rows, n=int(n), delta=delta, table=t, out=out)
+        elif kind == "privacy-curve":
+            plots.privacy_curve(*rows[0], eps0=eps0, n=int(n), table=t, out=out)
+        elif kind == "eps0-max":
+            plots.eps0_max_vs_n(rows, eps=eps_, delta=delta, table=t, out=out)
+        else:
+            plots.slack_map(*rows[0], delta=delta, table=t, out=out)
+        return {"wrote": out}
+
+    _answer(run, False)
+
+
+def _row(text: str) -> tuple[str, dict[str, Any]]:
+    family, *pairs = text.split()
+    params = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        number = parse_number(name, value)
+        params[name] = int(number) if number.is_integer() else number
+    return family, params
+
+
+@main.command()
 @click.option("--table", default=None, help="table store (default: the shipped table)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def info(table: str | None, as_json: bool) -> None:

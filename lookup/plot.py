@@ -1,0 +1,126 @@
+"""``lookup plot``: pictures of certified privacy from a table (matplotlib, imported lazily).
+
+Kinds (each returns the matplotlib Figure and writes ``out``; PNG or SVG by the suffix):
+
+* ``eps-vs-n``: certified eps against n at fixed (eps0, delta) for some mechanisms, the lower
+  bound as a band, and the generic closed form (hiding-among-the-clones Theorem 3.1) for scale;
+* ``eps-vs-eps0``: certified eps against eps0 at fixed (n, delta);
+* ``privacy-curve``: certified delta against eps for one setting (the chord between grid deltas);
+* ``eps0-max``: the largest certified local budget eps0 against n for a target (eps, delta);
+* ``slack``: where the conservative lookup of a table is tight or loose: the grid-cell slack
+  bound (conservative corner over opposite corner) over (eps0, n) at one delta.
+
+Every point is a lookup answer (``source`` table or live), so the curves are certified.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import lookup
+from lookup.table import Table
+
+KINDS = ("eps-vs-n", "eps-vs-eps0", "privacy-curve", "eps0-max", "slack")
+
+
+def _figure() -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(6.4, 4.2))
+
+
+def _save(fig: Any, out: str | Path) -> Any:
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return fig
+
+
+def _series(rows: list[tuple[str, dict[str, Any]]], table: Table, **query: Any) -> list[tuple[str, Any]]:
+    return [(" ".join([m, *(f"{k}={v}" for k, v in p.items())]), lookup.eps(m, table=table, **query, **p))
+            for m, p in rows]
+
+
+def eps_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps0: float, delta: float, table: Table,
+             out: str | Path, closed_form: bool = True) -> Any:
+    n = np.unique(np.round(np.geomspace(table.n[0], table.n[-1], 60)))
+    fig, ax = _figure()
+    for label, a in _series(rows, table, eps0=eps0, n=n, delta=delta):
+        line, = ax.loglog(n, a.value, label=f"{label} (certified)")
+        if np.isfinite(a.lower).any():
+            ax.fill_between(n, np.nan_to_num(a.lower, nan=0.0), a.value, color=line.get_color(), alpha=0.2)
+    if closed_form:
+        from tablegen.mechanisms.generic import closed_form_eps
+
+        ax.loglog(n, [min(closed_form_eps(eps0, int(m), delta), eps0) for m in n], "k:",
+                  label="generic, closed form (Thm 3.1)")
+    ax.set_xlabel("n (users)")
+    ax.set_ylabel("shuffled eps")
+    ax.set_title(f"eps0 = {eps0:g}, delta = {delta:g} (band: lower bound)")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def eps_vs_eps0(rows: list[tuple[str, dict[str, Any]]], *, n: int, delta: float, table: Table,
+                out: str | Path) -> Any:
+    eps0 = table.eps0
+    fig, ax = _figure()
+    for label, a in _series(rows, table, eps0=eps0, n=n, delta=delta):
+        ax.semilogy(eps0, a.value, "o-", ms=3, label=f"{label} (certified)")
+    ax.plot(eps0, eps0, "k:", label="eps = eps0 (no amplification)")
+    ax.set_xlabel("eps0 (local)")
+    ax.set_ylabel("shuffled eps")
+    ax.set_title(f"n = {n:g}, delta = {delta:g}")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def privacy_curve(mechanism: str, params: dict[str, Any], *, eps0: float, n: int, table: Table,
+                  out: str | Path) -> Any:
+    top = lookup.eps(mechanism, eps0=eps0, n=n, delta=table.delta[0], table=table, **params).value
+    eps = np.linspace(0.0, top, 80)[1:]
+    a = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, table=table, **params)
+    fig, ax = _figure()
+    ax.semilogy(eps, a.value, label="certified delta(eps)")
+    ax.set_xlabel("eps")
+    ax.set_ylabel("delta")
+    ax.set_title(f"{mechanism} {params or ''} eps0 = {eps0:g}, n = {n:g}")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def eps0_max_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps: float, delta: float, table: Table,
+                  out: str | Path) -> Any:
+    n = table.n
+    fig, ax = _figure()
+    for m, p in rows:
+        a = lookup.eps0_max(m, eps=eps, n=n, delta=delta, table=table, **p)
+        ax.semilogx(n, a.value, "o-", ms=3, label=" ".join([m, *(f"{k}={v}" for k, v in p.items())]))
+    ax.set_xlabel("n (users)")
+    ax.set_ylabel("largest certified eps0")
+    ax.set_title(f"local budget for (eps, delta) = ({eps:g}, {delta:g})")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def slack_map(mechanism: str, params: dict[str, Any], *, delta: float, table: Table, out: str | Path) -> Any:
+    row = table.row(mechanism, params)
+    if row is None:
+        raise ValueError(f"{mechanism} {params} is not a row of {table.path}")
+    d = int(np.searchsorted(table.delta, delta, side="left").clip(0, table.delta.size - 1))
+    surface = table.upper[row, :, :, d]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cell = surface[1:, :-1] / surface[:-1, 1:] - 1  # eps0 rounded up, n down, over the opposite corner
+    fig, ax = _figure()
+    image = ax.pcolormesh(table.n, table.eps0, np.log10(np.clip(cell, 1e-4, None)), shading="flat", cmap="viridis")
+    fig.colorbar(image, ax=ax, label="log10 slack bound of a lookup in the cell")
+    ax.set_xscale("log")
+    ax.set_xlabel("n (users)")
+    ax.set_ylabel("eps0")
+    ax.set_title(f"{mechanism} {params or ''} at delta = {table.delta[d]:g}")
+    return _save(fig, out)
