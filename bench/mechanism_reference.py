@@ -60,7 +60,7 @@ def main() -> None:
             lines += ["| parameter | meaning |", "|---|---|"]
             lines += [f"| `{p}` | {spec.help} |" for p, spec in m.params.items()]
             lines.append("")
-        doc = inspect.getdoc(getattr(m.upper, "__wrapped__", m.upper)) or "(see the module docstring)"
+        doc = inspect.getdoc(m.upper) or "(see the module docstring)"
         lines += ["Law of G (upper bound):", "", "```", doc, "```"]
         if m.lower is None:
             lines += ["", "No lower bound."]

@@ -194,6 +194,7 @@ def _with_domain(name: str, free: Bound, exact: Bound) -> Bound:
         g = params.get("g") or (default_buckets(eps0) if name == "olh" else None)
         return exact(eps0, domain_matrix(name, eps0, domain, g))
 
+    bound.__doc__ = free.__doc__  # the law of G documented where it is written
     return bound
 
 
