@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lookup.api import Answer
-from lookup.table import MANIFEST, TableError, read_verified
+from lookup.table import TableError, open_store
 
 ENV_TABLE = "SHUFFLE_EPS_PROTOCOL_TABLE"
 
@@ -34,29 +34,12 @@ class CalibrationTable:
     p: np.ndarray  # monotone: max over stricter grid targets, NaN where none
 
 
-_OPEN: dict[tuple[str, float], CalibrationTable] = {}
-
-
 def open_calibration(path: str | Path | None = None) -> CalibrationTable:
     path = Path(path or os.environ.get(ENV_TABLE) or Path(__file__).resolve().parents[1] / "data" / "protocols.zarr")
-    real = os.path.realpath(path)
-    manifest = Path(real) / MANIFEST
-    if not manifest.is_file():
-        raise TableError(f"{path}: not a published calibration table (no {MANIFEST}); "
-                         "build one with `tablegen build-calibration`")
-    key = (real, manifest.stat().st_mtime)
-    if key not in _OPEN:
-        _OPEN[key] = _load(real, read_verified(Path(real)))
-    return _OPEN[key]
+    return open_store(path, _load, "build one with `tablegen build-calibration`")
 
 
-def _load(path: str, files: dict[str, bytes]) -> CalibrationTable:
-    import zarr
-    from zarr.core.buffer import cpu
-    from zarr.storage import MemoryStore
-
-    group = zarr.open_group(MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}), mode="r",
-                            use_consolidated=True)
+def _load(path: str, group: Any) -> CalibrationTable:
     p = np.asarray(group["p"][...], dtype=float)
     for axis in (1, 2, 3):  # p at a stricter target (smaller eps, n, delta) holds here too
         p = np.fmax.accumulate(p, axis=axis)

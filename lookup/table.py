@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,28 +93,50 @@ def default_table_path() -> Path:
     return Path(__file__).resolve().parents[1] / "data" / "default.zarr"
 
 
-_OPEN: dict[tuple[str, float], Table] = {}
+_OPEN: dict[tuple[str, float, str], Any] = {}
 
 
 def open_table(path: str | Path | None = None) -> Table:
     """The table at ``path`` (default: the shipped one), verified and loaded once per process."""
     path = Path(path) if path is not None else default_table_path()
+    if os.path.isfile(os.path.realpath(path)):
+        return _open_device(os.path.realpath(path))
+    return open_store(path, _load_zarr, "build one with `tablegen build`")
+
+
+def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> Any:
+    """``load(path, group)`` of the published store at ``path``, read in one verified pass
+    (``read_verified``) and cached per process until the store is republished."""
     real = os.path.realpath(path)
-    if os.path.isfile(real):
-        return _open_device(real)
     manifest = Path(real) / MANIFEST
     if not manifest.is_file():
-        raise TableError(f"{path}: not a published table (no {MANIFEST}); build one with `tablegen build`")
-    key = (real, manifest.stat().st_mtime)
+        raise TableError(f"{path}: not a published table (no {MANIFEST}); {hint}")
+    key = (real, manifest.stat().st_mtime, load.__qualname__)
     if key not in _OPEN:
-        _OPEN[key] = _load_zarr(Path(real), read_verified(Path(real)))
+        files = read_verified(Path(real))
+        try:
+            _OPEN[key] = load(real, _memory_group(files))
+        except TableError:
+            raise
+        except Exception as err:  # a chunk failing its crc32c, a missing array
+            raise TableError(f"{path}: refused, cannot read the table: {err}") from None
     return _OPEN[key]
+
+
+def _memory_group(files: dict[str, bytes]) -> Any:
+    """The zarr group held in ``files`` (relative path -> bytes), opened read-only in memory."""
+    import zarr
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    memory = MemoryStore({rel: cpu.Buffer.from_bytes(data) for rel, data in files.items()})
+    return zarr.open_group(memory, mode="r", use_consolidated=True)
 
 
 def _open_device(path: str) -> Table:
     from lookup.device import DeviceFileError, read_device
 
-    key = (path, os.stat(path).st_mtime)
+    key = (path, os.stat(path).st_mtime, "device")
     if key not in _OPEN:
         try:
             d = read_device(path)
@@ -134,41 +157,51 @@ def read_verified(store: Path, attempts: int = 2) -> dict[str, bytes]:
     one mid-read is either seen whole or detected (and the read retried), never mixed."""
     problem = ""
     for _ in range(attempts):
-        listed = {}
-        for line in (store / MANIFEST).read_text().splitlines():
-            digest, _, rel = line.partition("  ")
-            listed[rel] = digest
-        try:
-            files = {rel: (store / rel).read_bytes() for rel in listed}
-        except OSError as err:
-            problem = f"cannot read {err.filename}"
-        else:
-            present = {str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST}
-            bad = [rel for rel, data in files.items() if hashlib.sha256(data).hexdigest() != listed[rel]]
-            if not bad and present == set(listed):
-                return files
-            problem = (f"{bad[0]} does not match its SHA-256 in the manifest" if bad
-                       else f"file set differs from the manifest ({sorted(present ^ set(listed))[0]})")
+        listed = read_manifest(store)
+        files = {}
+        for rel in listed:
+            try:
+                files[rel] = (store / rel).read_bytes()
+            except OSError:
+                pass  # reported as missing below
+        unlisted, missing, bad = manifest_mismatches(store, listed, files)
+        if not (unlisted or missing or bad):
+            return files
+        problem = (f"{bad[0]} does not match its SHA-256 in the manifest" if bad
+                   else f"file set differs from the manifest ({(unlisted + missing)[0]})")
     raise TableError(f"{store}: refused, {problem} (corrupted or modified); rebuild or re-download it")
 
 
-def _load_zarr(store: Path, files: dict[str, bytes]) -> Table:
-    import zarr
-    from zarr.core.buffer import cpu
-    from zarr.storage import MemoryStore
+def read_manifest(store: Path) -> dict[str, str]:
+    """``MANIFEST.sha256`` (``sha256sum`` format) as relative path -> hex digest."""
+    listed = {}
+    for line in (store / MANIFEST).read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    return listed
 
-    memory = MemoryStore({rel: cpu.Buffer.from_bytes(data) for rel, data in files.items()})
-    try:
-        group = zarr.open_group(memory, mode="r", use_consolidated=True)
-        return from_arrays(
-            str(store), [str(f) for f in group["family"][...]],
-            [json.loads(str(p)) for p in group["params"][...]],
-            group["eps0"][...], group["n"][...], group["delta"][...],
-            group["eps"][...], group["eps_lower"][...], dict(group.attrs),
-            group["eps0_monotone"][...] if "eps0_monotone" in group else None,
-        )
-    except Exception as err:  # a chunk failing its crc32c, a missing array
-        raise TableError(f"{store}: refused, cannot read the table: {err}") from None
+
+def store_files(store: Path) -> list[str]:
+    """Relative paths of every file of ``store`` except the manifest, sorted."""
+    return sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def manifest_mismatches(store: Path, listed: dict[str, str],
+                        files: dict[str, bytes]) -> tuple[list[str], list[str], list[str]]:
+    """(files not in the manifest, listed files not read, files whose SHA-256 differs), sorted."""
+    present = set(store_files(store))
+    unlisted = sorted(present - set(listed))
+    missing = sorted(rel for rel in listed if rel not in present or rel not in files)
+    bad = sorted(rel for rel, data in files.items() if hashlib.sha256(data).hexdigest() != listed[rel])
+    return unlisted, missing, bad
+
+
+def _load_zarr(path: str, group: Any) -> Table:
+    return from_arrays(
+        path, [str(f) for f in group["family"][...]], [json.loads(str(p)) for p in group["params"][...]],
+        group["eps0"][...], group["n"][...], group["delta"][...], group["eps"][...], group["eps_lower"][...],
+        dict(group.attrs), group["eps0_monotone"][...] if "eps0_monotone" in group else None,
+    )
 
 
 def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-MANIFEST = "MANIFEST.sha256"
+from lookup.table import MANIFEST, manifest_mismatches, read_manifest, store_files
+
 CELLS = "cells.zarr"
 VARIABLES = ("eps", "eps_lower")
 
@@ -150,30 +151,21 @@ def publish(dataset: Any, out: str | Path) -> None:
 
 
 def write_manifest(store: Path) -> None:
-    lines = [f"{_sha256(store / rel)}  {rel}" for rel in _files(store)]
+    lines = [f"{hashlib.sha256((store / rel).read_bytes()).hexdigest()}  {rel}" for rel in store_files(store)]
     _atomic_write(store / MANIFEST, "\n".join(lines) + "\n")
 
 
 def check_manifest(store: str | Path) -> list[str]:
     """Problems found comparing every file of ``store`` with its SHA-256 manifest."""
     store = Path(store)
-    manifest = store / MANIFEST
-    if not manifest.is_file():
+    if not (store / MANIFEST).is_file():
         return [f"{store}: no {MANIFEST} (not a published table?)"]
-    listed: dict[str, str] = {}
-    for line in manifest.read_text().splitlines():
-        digest, _, rel = line.partition("  ")
-        listed[rel] = digest
-    problems = []
-    present = set(_files(store))
-    for rel in sorted(present - set(listed)):
-        problems.append(f"{rel}: file not in the manifest")
-    for rel, digest in sorted(listed.items()):
-        if rel not in present:
-            problems.append(f"{rel}: listed in the manifest but missing")
-        elif _sha256(store / rel) != digest:
-            problems.append(f"{rel}: SHA-256 does not match the manifest")
-    return problems
+    listed = read_manifest(store)
+    files = {rel: (store / rel).read_bytes() for rel in listed if (store / rel).is_file()}
+    unlisted, missing, bad = manifest_mismatches(store, listed, files)
+    return ([f"{rel}: file not in the manifest" for rel in unlisted]
+            + [f"{rel}: listed in the manifest but missing" for rel in missing]
+            + [f"{rel}: SHA-256 does not match the manifest" for rel in bad])
 
 
 def check_chunks(store: str | Path) -> list[str]:
@@ -190,16 +182,6 @@ def check_chunks(store: str | Path) -> list[str]:
             except Exception as err:  # noqa: BLE001 - any decode failure is a corrupted chunk
                 problems.append(f"{name} chunk {index}: {type(err).__name__}: {err}")
     return problems
-
-
-def _files(store: Path) -> list[str]:
-    return sorted(
-        str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST
-    )
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -88,3 +88,20 @@ def test_delta_chord_is_safe_when_grid_values_nearly_coincide() -> None:
         exact = Decimal(1e-7) + (a - x) / (a - b) * (Decimal(1e-5) - Decimal(1e-7))
         got = lookup.delta("krr", eps0=2.0, n=10, eps=query, table=t, live=False, k=3).value
         assert Decimal(got) >= exact
+
+
+def test_eps_chord_is_safe_when_the_chord_weight_is_tiny() -> None:
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    u_small, u_large = 8.0, 1e-9  # eps at delta = 1e-7 (capped at eps0) and at 1e-5 (near zero)
+    eps = np.array([[[[u_small, u_large]]]])
+    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([8.0]), np.array([10]), np.array([1e-7, 1e-5]), eps,
+                    np.full_like(eps, np.nan), {})
+    for delta in (1e-5 * (1 - 3e-16), 1e-5 * (1 - 1e-15), 1e-5 * (1 - 1e-13)):
+        weight = (Decimal(1e-5) - Decimal(delta)) / (Decimal(1e-5) - Decimal(1e-7))
+        x = weight * (Decimal(u_small).exp() - 1) + (1 - weight) * (Decimal(u_large).exp() - 1)
+        exact = (x + 1).ln()
+        for got in (lookup.eps("krr", eps0=8.0, n=10, delta=np.array([delta]), table=t, live=False, k=3).value[0],
+                    lookup.eps("krr", eps0=8.0, n=10, delta=delta, table=t, live=False, k=3).value):
+            assert Decimal(float(got)) >= exact
