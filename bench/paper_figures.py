@@ -36,22 +36,28 @@ def _plt():  # noqa: ANN202
     return plt
 
 
+def _clones_plot(x: np.ndarray, generic: list[float], closed: list[float], rr_lower: list[float], xlabel: str,
+                 title: str, out: Path) -> None:
+    """The three curves of hiding-among-the-clones Figure 2 against ``x``."""
+    fig, ax = _plt().subplots(figsize=(6, 4))
+    ax.loglog(x, generic, "-", label="generic, certified (Clones, numerical)")
+    ax.loglog(x, closed, ":", label="Clones, Theoretical (Thm 3.1)")
+    ax.loglog(x, rr_lower, "--", label="2RR, lower bound")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("central eps")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def clones_vs_n(eps0: float, points: int, out: Path) -> list[str]:
     n = np.unique(np.round(np.geomspace(1e5, 1e7, points))).astype(int)
     generic = [eps_bounds("generic", eps0=eps0, n=int(m), delta=DELTA, lower=False).upper for m in n]
     closed = [closed_form_eps(eps0, int(m), DELTA) for m in n]
     rr_lower = [eps_bounds("krr", eps0=eps0, n=int(m), delta=DELTA, k=2).lower for m in n]
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.loglog(n, generic, "-", label="generic, certified (Clones, numerical)")
-    ax.loglog(n, closed, ":", label="Clones, Theoretical (Thm 3.1)")
-    ax.loglog(n, rr_lower, "--", label="2RR, lower bound")
-    ax.set_xlabel("n (users)")
-    ax.set_ylabel("central eps")
-    ax.set_title(f"eps0 = {eps0:g}, delta = 1e-6 (hiding-among-the-clones Fig 2)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    _clones_plot(n, generic, closed, rr_lower, "n (users)",
+                 f"eps0 = {eps0:g}, delta = 1e-6 (hiding-among-the-clones Fig 2)", out)
     ok = all(g <= c for g, c in zip(generic, closed, strict=True)) and all(
         lo <= g for lo, g in zip(rr_lower, generic, strict=True))
     return [f"| {out.name} | eps0 = {eps0:g} | n = 1e5: {generic[0]:.4g} (closed form {closed[0]:.4g}, 2RR lower "
@@ -64,17 +70,8 @@ def clones_vs_eps0(points: int, out: Path) -> list[str]:
     generic = [eps_bounds("generic", eps0=float(e), n=10**6, delta=DELTA, lower=False).upper for e in eps0]
     closed = [min(closed_form_eps(float(e), 10**6, DELTA), float(e)) for e in eps0]
     rr_lower = [eps_bounds("krr", eps0=float(e), n=10**6, delta=DELTA, k=2).lower for e in eps0]
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.loglog(eps0, generic, "-", label="generic, certified (Clones, numerical)")
-    ax.loglog(eps0, closed, ":", label="Clones, Theoretical (Thm 3.1)")
-    ax.loglog(eps0, rr_lower, "--", label="2RR, lower bound")
-    ax.set_xlabel("eps0")
-    ax.set_ylabel("central eps")
-    ax.set_title("n = 1e6, delta = 1e-6 (hiding-among-the-clones Fig 2c)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    _clones_plot(eps0, generic, closed, rr_lower, "eps0", "n = 1e6, delta = 1e-6 (hiding-among-the-clones Fig 2c)",
+                 out)
     ok = all(g <= c * (1 + 1e-12) for g, c in zip(generic, closed, strict=True))
     return [f"| {out.name} | n = 1e6 | eps0 = 0.01: {generic[0]:.4g} (closed form {closed[0]:.4g}); eps0 = 8: "
             f"{generic[-1]:.4g} ({closed[-1]:.4g}) | {'yes' if ok else 'NO'} |"]

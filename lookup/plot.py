@@ -35,15 +35,24 @@ def _figure() -> tuple[Any, Any]:
     return plt.subplots(figsize=(6.4, 4.2))
 
 
-def _save(fig: Any, out: str | Path) -> Any:
+def _finish(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, out: str | Path, legend: bool = True) -> Any:
+    """Label the axes, add the legend, write ``out``; returns the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     return fig
 
 
+def _label(mechanism: str, params: dict[str, Any]) -> str:
+    return " ".join([mechanism, *(f"{k}={v}" for k, v in params.items())])
+
+
 def _series(rows: list[tuple[str, dict[str, Any]]], table: Table, **query: Any) -> list[tuple[str, Any]]:
-    return [(" ".join([m, *(f"{k}={v}" for k, v in p.items())]), lookup.eps(m, table=table, **query, **p))
-            for m, p in rows]
+    return [(_label(m, p), lookup.eps(m, table=table, **query, **p)) for m, p in rows]
 
 
 def eps_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps0: float, delta: float, table: Table,
@@ -59,11 +68,8 @@ def eps_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps0: float, delta: floa
 
         ax.loglog(n, [min(closed_form_eps(eps0, int(m), delta), eps0) for m in n], "k:",
                   label="generic, closed form (Thm 3.1)")
-    ax.set_xlabel("n (users)")
-    ax.set_ylabel("shuffled eps")
-    ax.set_title(f"eps0 = {eps0:g}, delta = {delta:g} (band: lower bound)")
-    ax.legend(fontsize=7)
-    return _save(fig, out)
+    return _finish(fig, ax, "n (users)", "shuffled eps", f"eps0 = {eps0:g}, delta = {delta:g} (band: lower bound)",
+                   out)
 
 
 def eps_vs_eps0(rows: list[tuple[str, dict[str, Any]]], *, n: int, delta: float, table: Table,
@@ -73,11 +79,7 @@ def eps_vs_eps0(rows: list[tuple[str, dict[str, Any]]], *, n: int, delta: float,
     for label, a in _series(rows, table, eps0=eps0, n=n, delta=delta):
         ax.semilogy(eps0, a.value, "o-", ms=3, label=f"{label} (certified)")
     ax.plot(eps0, eps0, "k:", label="eps = eps0 (no amplification)")
-    ax.set_xlabel("eps0 (local)")
-    ax.set_ylabel("shuffled eps")
-    ax.set_title(f"n = {n:g}, delta = {delta:g}")
-    ax.legend(fontsize=7)
-    return _save(fig, out)
+    return _finish(fig, ax, "eps0 (local)", "shuffled eps", f"n = {n:g}, delta = {delta:g}", out)
 
 
 def privacy_curve(mechanism: str, params: dict[str, Any], *, eps0: float, n: int, table: Table,
@@ -87,11 +89,7 @@ def privacy_curve(mechanism: str, params: dict[str, Any], *, eps0: float, n: int
     a = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, table=table, **params)
     fig, ax = _figure()
     ax.semilogy(eps, a.value, label="certified delta(eps)")
-    ax.set_xlabel("eps")
-    ax.set_ylabel("delta")
-    ax.set_title(f"{mechanism} {params or ''} eps0 = {eps0:g}, n = {n:g}")
-    ax.legend(fontsize=7)
-    return _save(fig, out)
+    return _finish(fig, ax, "eps", "delta", f"{_label(mechanism, params)}, eps0 = {eps0:g}, n = {n:g}", out)
 
 
 def eps0_max_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps: float, delta: float, table: Table,
@@ -100,12 +98,9 @@ def eps0_max_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps: float, delta: 
     fig, ax = _figure()
     for m, p in rows:
         a = lookup.eps0_max(m, eps=eps, n=n, delta=delta, table=table, **p)
-        ax.semilogx(n, a.value, "o-", ms=3, label=" ".join([m, *(f"{k}={v}" for k, v in p.items())]))
-    ax.set_xlabel("n (users)")
-    ax.set_ylabel("largest certified eps0")
-    ax.set_title(f"local budget for (eps, delta) = ({eps:g}, {delta:g})")
-    ax.legend(fontsize=7)
-    return _save(fig, out)
+        ax.semilogx(n, a.value, "o-", ms=3, label=_label(m, p))
+    title = f"local budget for (eps, delta) = ({eps:g}, {delta:g})"
+    return _finish(fig, ax, "n (users)", "largest certified eps0", title, out)
 
 
 def slack_map(mechanism: str, params: dict[str, Any], *, delta: float, table: Table, out: str | Path) -> Any:
@@ -120,7 +115,5 @@ def slack_map(mechanism: str, params: dict[str, Any], *, delta: float, table: Ta
     image = ax.pcolormesh(table.n, table.eps0, np.log10(np.clip(cell, 1e-4, None)), shading="flat", cmap="viridis")
     fig.colorbar(image, ax=ax, label="log10 slack bound of a lookup in the cell")
     ax.set_xscale("log")
-    ax.set_xlabel("n (users)")
-    ax.set_ylabel("eps0")
-    ax.set_title(f"{mechanism} {params or ''} at delta = {table.delta[d]:g}")
-    return _save(fig, out)
+    return _finish(fig, ax, "n (users)", "eps0", f"{_label(mechanism, params)} at delta = {table.delta[d]:g}", out,
+                   legend=False)

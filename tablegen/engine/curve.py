@@ -82,6 +82,8 @@ class _Ladder:
         self.lower_drift = -1  # ladder steps from the last upper answer down to its lower bound
         self.lower_evaluations = 0
         self.lower_pair = 0  # the pair that certified the last lower bound is tried first
+        # certified delta at eps0: 0 except for an (eps0, delta0)-LDP randomizer's n delta0 term
+        self.delta_at_eps0 = q.delta_upper(q.eps0) if q.mechanism.extra_delta is not None else 0.0
 
     @staticmethod
     def eps(j: int) -> float:
@@ -107,7 +109,7 @@ class _Ladder:
 
     def certified(self, delta: float) -> tuple[float, int]:
         """(certified eps, its ladder index) for ``delta``; eps0 when no ladder point below works."""
-        if self.q.mechanism.extra_delta is not None and self.q.delta_upper(self.q.eps0) > delta:
+        if self.delta_at_eps0 > delta:
             return trivial_eps0(self.q, delta), self.top + 1
         log_delta = math.log(delta)
         guess = self._index(guess_eps(self.q, delta))
