@@ -37,11 +37,6 @@ class Answer:
     slack: Any
     edge: Any
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"value": _plain(self.value), "lower": _plain(self.lower), "source": _plain(self.source),
-                "corner": {k: _plain(v) for k, v in self.corner.items()}, "slack": _plain(self.slack),
-                "edge": _plain(self.edge)}
-
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
         max_slack: float | None = None, **params: Any) -> Answer:
@@ -248,12 +243,4 @@ def parse_number(name: str, text: str) -> float:
         raise ValueError(f"{name} must be a number, got {name}={text!r}") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {name}={text!r}")
-    return value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, float) and math.isnan(value):
-        return None
     return value
