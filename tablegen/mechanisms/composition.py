@@ -64,7 +64,7 @@ def joint_upper(eps0: float, base: str, parts: int, **params: Any) -> list[Decom
 
 def joint_lower(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
     """Product of the base's lower-bound pairs (the same pair in every attribute)."""
-    return [joint([d] * parts) for d in _component(base, eps0 / parts, params, lower=True)]
+    return [joint([d] * parts, up=False) for d in _component(base, eps0 / parts, params, lower=True)]
 
 
 def parallel_upper(
