@@ -115,15 +115,17 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
 @click.option("--table", default=None, help="table store (default: the shipped table)")
 @click.option("--max-live", type=int, default=2, show_default=True, help="live computations at once")
 @click.option("--live-timeout", type=float, default=30.0, show_default=True, help="seconds a request waits for one")
-def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: float) -> None:
+@click.option("--max-connections", type=int, default=64, show_default=True,
+              help="connections handled at once (more get a 503)")
+def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: float, max_connections: int) -> None:
     """Serve GET /v1/eps, /v1/delta, /v1/eps0-max and /v1/info as JSON (read-only)."""
     from lookup.serve import make_server
 
-    if max_live < 1 or not live_timeout > 0:
-        click.echo("error: --max-live must be >= 1 and --live-timeout > 0", err=True)
+    if max_live < 1 or not live_timeout > 0 or max_connections < 1:
+        click.echo("error: --max-live and --max-connections must be >= 1 and --live-timeout > 0", err=True)
         sys.exit(2)
     try:
-        server = make_server(host, port, table, max_live, live_timeout)
+        server = make_server(host, port, table, max_live, live_timeout, max_connections)
     except (TableError, OSError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(3)

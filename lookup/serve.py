@@ -9,7 +9,8 @@ Answers as the CLI's ``--json``.  Every bad request is a 400 with ``{"error": ".
 the parameter (404 unknown path, 405 other methods, 413 a body, 414 an oversized URL); table
 answers never wait; live computations run in a bounded pool (``max_live`` at once, each
 waited for at most ``live_timeout`` seconds) and are answered 503 when the pool is busy or the
-time is up.
+time is up.  At most ``max_connections`` connections are handled at once (one thread each, a
+30 s idle timeout); further connections get an immediate 503 and are closed.
 """
 
 from __future__ import annotations
@@ -86,8 +87,48 @@ class Service:
                        "(it finishes in the background and is cached)") from None
 
 
+class BoundedServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most ``max_connections`` handler threads alive at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self.connection_slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connection_slots.acquire(blocking=False):
+            _answer_busy(request, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connection_slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connection_slots.release()
+
+
+def _answer_busy(request: Any, max_connections: int) -> None:
+    """A 503 written straight to a connection over the limit (no thread, the request unread)."""
+    body = json.dumps({"error": f"all {max_connections} connections are busy; retry later"}).encode()
+    head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        request.settimeout(1.0)
+        request.sendall(head + body)
+    except OSError:
+        pass
+
+
 def make_server(host: str, port: int, table: str | None = None, max_live: int = 2,
-                live_timeout: float = 30.0) -> ThreadingHTTPServer:
+                live_timeout: float = 30.0, max_connections: int = 64) -> ThreadingHTTPServer:
     """A threaded HTTP server answering from ``table`` (opened and verified now)."""
     service = Service(open_table(table), max_live, live_timeout)
 
@@ -132,9 +173,7 @@ def make_server(host: str, port: int, table: str | None = None, max_live: int = 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return BoundedServer((host, port), Handler, max_connections)
 
 
 def _single_values(text: str) -> dict[str, str]:

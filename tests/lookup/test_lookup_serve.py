@@ -90,3 +90,29 @@ def test_live_answers_and_engine_errors(patient: str) -> None:
     assert status == 200 and body["source"] == "live"
     status, body = get(f"{patient}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")
     assert status == 400 and "unknown mechanism='nope'" in body["error"]
+
+
+def test_connections_over_the_limit_get_a_503(table_path: Path) -> None:
+    """One slot: an idle connection holds it, the next request is refused, then served once it closes."""
+    import socket
+    import time
+
+    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}/v1/info"
+    try:
+        idle = socket.create_connection(("127.0.0.1", port))
+        time.sleep(0.2)  # the server accepts it and its handler thread waits for a request line
+        status, body = get(url)
+        assert status == 503 and "connections are busy" in body["error"]
+        idle.close()
+        for _ in range(50):  # the handler sees EOF and gives its slot back
+            status, body = get(url)
+            if status == 200:
+                break
+            time.sleep(0.1)
+        assert status == 200 and "mechanisms" in body
+    finally:
+        server.shutdown()
+        server.server_close()
