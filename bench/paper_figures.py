@@ -1,6 +1,7 @@
 """Set-ups of the papers' numerical figures, recomputed with our certified engine (live).
 
-Run as ``python bench/paper_figures.py [--points P] [--out docs/figures] [--only NAME]``;
+Run as ``python bench/paper_figures.py [--points P] [--out docs/figures] [--only NAME]
+[--rows 10-RR ...] [--n-range N_MIN N_MAX]``;
 writes one PNG per figure and prints the command's Markdown summary (docs/paper-figures.md).
 
 * clones-2a / clones-2b (hiding-among-the-clones.txt Figure 2a, 2b): generic eps0-LDP randomizer,
@@ -9,8 +10,9 @@ writes one PNG per figure and prints the command's Markdown summary (docs/paper-
   Theoretical") and the binary-RR lower bound ("2RR, lower bound").
 * clones-2c: the same against eps0 from 0.01 to 8 at n = 1e6.
 * fft-2-3 (general-clone-fft.txt Figures 2-3): 10-RR, BLH, RAPPOR, OUE and Laplace at low
-  (0.1) and large (4.0) eps0, delta = 1e-6, certified upper and lower bounds against n, with the
-  generic bound for comparison.
+  (0.1) and large (4.0) eps0, delta = 1e-6, certified upper and lower bounds against n for the
+  single randomizer and its 2- and 4-joint compositions (k attributes, eps0 / k each; the
+  total is eps0-LDP), with the generic eps0 bound for comparison.
 """
 
 from __future__ import annotations
@@ -77,29 +79,51 @@ def clones_vs_eps0(points: int, out: Path) -> list[str]:
             f"{generic[-1]:.4g} ({closed[-1]:.4g}) | {'yes' if ok else 'NO'} |"]
 
 
-def fft_figures(points: int, out_dir: Path) -> list[str]:
-    rows = [("10-RR", "krr", {"k": 10}), ("BLH", "blh", {}), ("RAPPOR", "rappor", {}), ("OUE", "oue", {}),
-            ("Laplace", "laplace", {})]
-    n = np.unique(np.round(np.geomspace(1e4, 1e7, points))).astype(int)
+def _short(n: int) -> str:
+    """1e+07 -> 1e7."""
+    return f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
+
+
+JOINT_PARTS = (1, 2, 4)  # "k-joint": k attributes, each randomized with eps0 / k (section 8)
+
+
+def _joint_bounds(name: str, params: dict, parts: int, eps0: float, n: np.ndarray) -> tuple[list, list]:
+    """Certified upper and lower bounds against n for ``parts`` jointly composed copies."""
+    if parts > 1:
+        name, params = "joint", {"base": name, "parts": parts, **params}
+    bounds = [eps_bounds(name, eps0=eps0, n=int(m), delta=DELTA, **params) for m in n]
+    return [b.upper for b in bounds], [b.lower if b.lower is not None else np.nan for b in bounds]
+
+
+FFT_ROWS = {"10-RR": ("krr", {"k": 10}), "BLH": ("blh", {}), "RAPPOR": ("rappor", {}), "OUE": ("oue", {}),
+            "Laplace": ("laplace", {})}
+
+
+def fft_figures(points: int, out_dir: Path, titles: list[str], n_range: tuple[float, float]) -> list[str]:
+    n = np.unique(np.round(np.geomspace(*n_range, points))).astype(int)
     lines = []
     plt = _plt()
     for eps0 in (0.1, 4.0):
-        fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.4), sharey=True)
-        for ax, (title, name, params) in zip(axes, rows, strict=True):
-            bounds = [eps_bounds(name, eps0=eps0, n=int(m), delta=DELTA, **params) for m in n]
-            upper = [b.upper for b in bounds]
-            lower = [b.lower if b.lower is not None else np.nan for b in bounds]
+        fig, axes = plt.subplots(1, len(titles), figsize=(3.4 * len(titles), 3.6), sharey=True, squeeze=False)
+        for ax, title in zip(axes[0], titles, strict=True):
+            name, params = FFT_ROWS[title]
             generic = [eps_bounds("generic", eps0=eps0, n=int(m), delta=DELTA, lower=False).upper for m in n]
-            ax.loglog(n, upper, "-", label="certified upper")
-            ax.loglog(n, lower, "--", label="lower bound")
-            ax.loglog(n, generic, ":", label="generic (standard clone)")
+            ax.loglog(n, generic, ":", color="gray", label="generic (standard clone)")
+            cells, ok = [], True
+            for parts, color in zip(JOINT_PARTS, ("C0", "C1", "C2"), strict=True):
+                upper, lower = _joint_bounds(name, params, parts, eps0, n)
+                label = "single" if parts == 1 else f"{parts}-joint"
+                ax.loglog(n, upper, "-", color=color, label=f"{label}, certified upper")
+                ax.loglog(n, lower, "--", color=color, label=f"{label}, lower bound")
+                ok &= all(u <= g * (1 + 1e-3) for u, g in zip(upper, generic, strict=True))
+                ok &= all(not lo > u for lo, u in zip(lower, upper, strict=True))
+                cells.append(f"{label} {upper[-1]:.4g} (lower {lower[-1]:.4g})")
             ax.set_title(f"{title}, eps0 = {eps0:g}", fontsize=9)
             ax.set_xlabel("n (users)")
-            tighter = all(u <= g * (1 + 1e-3) for u, g in zip(upper, generic, strict=True))
-            lines.append(f"| fft_{eps0:g}.png | {title} eps0 = {eps0:g} | n = 1e7: {upper[-1]:.4g} "
-                         f"(lower {lower[-1]:.4g}, generic {generic[-1]:.4g}) | {'yes' if tighter else 'NO'} |")
-        axes[0].set_ylabel("central eps")
-        axes[0].legend(fontsize=7)
+            values = f"n = {_short(n[-1])}: {'; '.join(cells)}; generic {generic[-1]:.4g}"
+            lines.append(f"| fft_{eps0:g}.png | {title} eps0 = {eps0:g} | {values} | {'yes' if ok else 'NO'} |")
+        axes[0, 0].set_ylabel("central eps")
+        axes[0, 0].legend(fontsize=6)
         fig.tight_layout()
         fig.savefig(out_dir / f"fft_{eps0:g}.png", dpi=100)
     return lines
@@ -110,6 +134,10 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=9)
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures"))
     parser.add_argument("--only", choices=["clones", "fft"], default=None)
+    parser.add_argument("--rows", nargs="+", choices=list(FFT_ROWS), default=list(FFT_ROWS),
+                        help="fft: the randomizers to plot")
+    parser.add_argument("--n-range", nargs=2, type=float, default=(1e4, 1e7), metavar=("N_MIN", "N_MAX"),
+                        help="fft: the range of n")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +147,7 @@ def main() -> None:
         lines += clones_vs_n(6.0, args.points, out / "clones_2b.png")
         lines += clones_vs_eps0(args.points, out / "clones_2c.png")
     if args.only in (None, "fft"):
-        lines += fft_figures(args.points, out)
+        lines += fft_figures(args.points, out, args.rows, tuple(args.n_range))
     print("\n".join(lines))
 
 
