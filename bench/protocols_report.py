@@ -1,8 +1,9 @@
 """Report for the shuffled-histogram protocols: calibrated p against the paper's, and the
 simulated error at the calibrated p against Theorem 3.1's bound (with a plot).
 
-Run as ``python bench/protocols_report.py [--plot docs/figures/protocols_error.png]``; prints
-Markdown (docs/protocols.md holds its output).
+Run as ``python bench/protocols_report.py [--plot docs/figures/protocols_error.png]
+[--n-values N ...] [--repeats R]``; prints Markdown (docs/protocols.md holds the output of the
+defaults; ``--n-values`` replaces the n of both studies, for a small case).
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from tablegen.protocols.accounting import calibrate, delta_bounds, paper_p
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def noise_table(protocol: str, delta: float) -> list[str]:
+NOISE_N = (10**4, 10**5, 10**6, 10**7)
+ERROR_N = (10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6)
+
+
+def noise_table(protocol: str, delta: float, n_values: tuple[int, ...] = NOISE_N) -> list[str]:
     lines = [f"#### {protocol}, delta = {delta:g}: 1 - p (noise per user), calibrated vs paper", "",
              "| n | eps | calibrated 1 - p | paper 1 - p | noise reduction | certified delta at calibrated p |",
              "|---|---|---|---|---|---|"]
-    for n in (10**4, 10**5, 10**6, 10**7):
+    for n in n_values:
         for eps in (0.25, 0.5, 1.0):
             paper = paper_p(protocol, eps=eps, delta=delta, n=n)
             try:
@@ -37,11 +42,12 @@ def noise_table(protocol: str, delta: float) -> list[str]:
     return lines
 
 
-def error_study(plot: Path | None, seed: int = 0) -> list[str]:
+def error_study(plot: Path | None, n_values: tuple[int, ...] = ERROR_N, repeats: int = 20,
+                seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
-    eps, delta, d, repeats = 1.0, 1e-6, 10, 20
+    eps, delta, d = 1.0, 1e-6, 10
     rows, points = [], []
-    for n in (10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6):
+    for n in n_values:
         p = calibrate("histogram", eps=eps, delta=delta, n=n)
         paper = paper_p("histogram", eps=eps, delta=delta, n=n)
         errors = []
@@ -63,8 +69,8 @@ def error_study(plot: Path | None, seed: int = 0) -> list[str]:
 
         a = np.array(points)
         fig, ax = plt.subplots(figsize=(6, 4))
-        ax.loglog(a[:, 0], a[:, 1], "o-", label="simulated max error (median of 20 runs)")
-        ax.loglog(a[:, 0], a[:, 2], "s--", label="simulated max error (worst of 20 runs)")
+        ax.loglog(a[:, 0], a[:, 1], "o-", label=f"simulated max error (median of {repeats} runs)")
+        ax.loglog(a[:, 0], a[:, 2], "s--", label=f"simulated max error (worst of {repeats} runs)")
         ax.loglog(a[:, 0], a[:, 3], "-", label="Theorem 3.1 bound at the calibrated p")
         ax.loglog(a[:, 0], a[:, 4], ":", label="Theorem 3.1 bound at the paper's p")
         ax.set_xlabel("n (users)")
@@ -83,11 +89,14 @@ def error_study(plot: Path | None, seed: int = 0) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", default=str(ROOT / "docs" / "figures" / "protocols_error.png"))
+    parser.add_argument("--n-values", nargs="+", type=float, default=None, help="n of both studies")
+    parser.add_argument("--repeats", type=int, default=20, help="simulated runs per n")
     args = parser.parse_args()
+    noise_n, error_n = (NOISE_N, ERROR_N) if args.n_values is None else (tuple(int(n) for n in args.n_values),) * 2
     out = []
     for protocol in ("binary-sum", "histogram"):
-        out += noise_table(protocol, 1e-6) + [""]
-    out += error_study(Path(args.plot) if args.plot else None)
+        out += noise_table(protocol, 1e-6, noise_n) + [""]
+    out += error_study(Path(args.plot) if args.plot else None, error_n, args.repeats)
     print("\n".join(out))
 
 
