@@ -13,6 +13,10 @@ writes one PNG per figure and prints the command's Markdown summary (docs/paper-
   (0.1) and large (4.0) eps0, delta = 1e-6, certified upper and lower bounds against n for the
   single randomizer and its 2- and 4-joint compositions (k attributes, eps0 / k each; the
   total is eps0-LDP), with the generic eps0 bound for comparison.
+* parallel (general-clone-fft.txt Appendix E, Figures 5-6): 10-RR and BLH, and their parallel
+  composition (each user picks one with probability 1/2, full eps0), at eps0 = 0.1 and 4.0; the
+  paper: "the amplification curve of the parallel composition lies between those of all
+  individual components".
 """
 
 from __future__ import annotations
@@ -87,12 +91,17 @@ def _short(n: int) -> str:
 JOINT_PARTS = (1, 2, 4)  # "k-joint": k attributes, each randomized with eps0 / k (section 8)
 
 
-def _joint_bounds(name: str, params: dict, parts: int, eps0: float, n: np.ndarray) -> tuple[list, list]:
-    """Certified upper and lower bounds against n for ``parts`` jointly composed copies."""
-    if parts > 1:
-        name, params = "joint", {"base": name, "parts": parts, **params}
+def _bounds(name: str, params: dict, eps0: float, n: np.ndarray) -> tuple[list, list]:
+    """Certified upper and lower bounds against n (NaN where the mechanism has no lower bound)."""
     bounds = [eps_bounds(name, eps0=eps0, n=int(m), delta=DELTA, **params) for m in n]
     return [b.upper for b in bounds], [b.lower if b.lower is not None else np.nan for b in bounds]
+
+
+def _joint_bounds(name: str, params: dict, parts: int, eps0: float, n: np.ndarray) -> tuple[list, list]:
+    """The same for ``parts`` jointly composed copies."""
+    if parts > 1:
+        name, params = "joint", {"base": name, "parts": parts, **params}
+    return _bounds(name, params, eps0, n)
 
 
 FFT_ROWS = {"10-RR": ("krr", {"k": 10}), "BLH": ("blh", {}), "RAPPOR": ("rappor", {}), "OUE": ("oue", {}),
@@ -129,15 +138,42 @@ def fft_figures(points: int, out_dir: Path, titles: list[str], n_range: tuple[fl
     return lines
 
 
+def parallel_figures(points: int, out_dir: Path, n_range: tuple[float, float]) -> list[str]:
+    n = np.unique(np.round(np.geomspace(*n_range, points))).astype(int)
+    curves = [("10-RR", "krr", {"k": 10}), ("BLH", "blh", {}),
+              ("parallel 10-RR | BLH", "parallel", {"bases": "krr,blh", "weights": "0.5,0.5", "k": 10})]
+    lines = []
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
+    for ax, eps0 in zip(axes, (0.1, 4.0), strict=True):
+        uppers = []
+        for (label, name, params), color in zip(curves, ("C0", "C1", "C3"), strict=True):
+            upper, lower = _bounds(name, params, eps0, n)
+            ax.loglog(n, upper, "-", color=color, label=f"{label}, certified upper")
+            ax.loglog(n, lower, "--", color=color, label=f"{label}, lower bound")
+            uppers.append(np.array(upper))
+        low, high = np.minimum(uppers[0], uppers[1]), np.maximum(uppers[0], uppers[1])
+        between = bool(np.all((low <= uppers[2] * (1 + 1e-3)) & (uppers[2] <= high * (1 + 1e-3))))
+        ax.set_title(f"parallel composition, eps0 = {eps0:g}", fontsize=9)
+        ax.set_xlabel("n (users)")
+        lines.append(f"| fft_parallel.png | eps0 = {eps0:g} | n = {_short(n[-1])}: 10-RR {uppers[0][-1]:.4g}, BLH "
+                     f"{uppers[1][-1]:.4g}, parallel {uppers[2][-1]:.4g} | {'yes' if between else 'NO'} (between) |")
+    axes[0].set_ylabel("central eps")
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out_dir / "fft_parallel.png", dpi=100)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=9)
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures"))
-    parser.add_argument("--only", choices=["clones", "fft"], default=None)
+    parser.add_argument("--only", choices=["clones", "fft", "parallel"], default=None)
     parser.add_argument("--rows", nargs="+", choices=list(FFT_ROWS), default=list(FFT_ROWS),
                         help="fft: the randomizers to plot")
     parser.add_argument("--n-range", nargs=2, type=float, default=(1e4, 1e7), metavar=("N_MIN", "N_MAX"),
-                        help="fft: the range of n")
+                        help="fft and parallel: the range of n")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,6 +184,8 @@ def main() -> None:
         lines += clones_vs_eps0(args.points, out / "clones_2c.png")
     if args.only in (None, "fft"):
         lines += fft_figures(args.points, out, args.rows, tuple(args.n_range))
+    if args.only in (None, "parallel"):
+        lines += parallel_figures(args.points, out, tuple(args.n_range))
     print("\n".join(lines))
 
 
