@@ -130,7 +130,7 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
     if count == 0:
         return
     if scheduler is None and workers == 0:
-        for _ in _bar((run_task(t) for t in todo), count, progress):
+        for _ in progress_bar((run_task(t) for t in todo), count, progress):
             pass
         return
     from distributed import Client, LocalCluster, as_completed
@@ -150,7 +150,7 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
                 return client.submit(run_task, t, key=f"curve-{prefix}-{'-'.join(map(str, t.cell))}", pure=False)
 
             running = as_completed([submit(t) for t in itertools.islice(todo, window())])
-            for future in _bar(running, count, progress):
+            for future in progress_bar(running, count, progress):
                 future.result()  # re-raises a task's error here
                 for t in itertools.islice(todo, max(window() - running.count(), 1)):
                     running.add(submit(t))
@@ -159,25 +159,18 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
             cluster.close()
 
 
-def _bar(items: Iterable[Any], total: int, enabled: bool) -> Iterable[Any]:
+def progress_bar(items: Iterable[Any], total: int, enabled: bool, unit: str = "curve") -> Iterable[Any]:
+    """``items`` with a tqdm bar (rate and ETA) on stderr when ``enabled``."""
     if not enabled:
         return items
     from tqdm import tqdm
 
-    return tqdm(items, total=total, unit="curve", file=sys.stderr, smoothing=0.05)
+    return tqdm(items, total=total, unit=unit, file=sys.stderr, smoothing=0.05)
 
 
 def _published(out: Path, spec: Spec) -> bool:
-    attrs = _root_attributes(out)
+    attrs = store.root_attributes(out)
     return attrs.get("spec_sha256") == spec.digest() and attrs.get("engine_version") == ENGINE_VERSION
-
-
-def _root_attributes(out: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((out / "zarr.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return meta.get("attributes", {})
 
 
 def _history(spec: Spec, out: Path) -> str:

@@ -298,15 +298,21 @@ def verify(store_path: str, sample: int, seed: int) -> None:
 @main.command("build-calibration")
 @click.option("--spec", "spec_path", required=True, help="axes of eps, n, delta, e.g. workflows/protocols.toml")
 @click.option("--out", required=True, help="table to write, e.g. data/protocols.zarr")
-def build_calibration(spec_path: str, out: str) -> None:
-    """Table of the calibrated p of the binary-sum and histogram protocols (published atomically)."""
+@click.option("--progress/--no-progress", default=True, show_default=True, help="progress bar on stderr")
+def build_calibration(spec_path: str, out: str, progress: bool) -> None:
+    """Table of the calibrated p of the binary-sum and histogram protocols (published atomically;
+    an interrupted build resumes, computing only the missing (protocol, eps) slices)."""
     from tablegen.protocols.table import build_calibration as build_table
 
     try:
-        result = build_table(spec_path, out)
+        result = build_table(spec_path, out, progress=progress)
     except ValueError as exc:
         _fail(exc)
-    click.echo(f"published {result['out']}: {result['cells']} cells ({result['without_p']} without a certified p)")
+    if result["without_p"] is None:
+        click.echo(f"{result['out']} is up to date: computed 0 of {result['skipped']} slices")
+        return
+    click.echo(f"published {result['out']}: {result['cells']} cells ({result['without_p']} without a certified p); "
+               f"computed {result['computed']} slices, {result['skipped']} already finished")
 
 
 @main.command()

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,10 @@ def staging_path(out: str | Path) -> Path:
     return out.with_name(out.name + ".staging")
 
 
-def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]) -> Path:
-    """Create (or reopen, if started by the same spec and engine) the staging store of ``out``."""
-    import zarr
-    from zarr.codecs import BytesCodec, Crc32cCodec
-
+def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path], None]) -> Path:
+    """The staging directory of ``out``: reopened if it was started by the same spec and engine
+    (``header``'s spec_sha256 and engine_version), else created, prepared by ``setup`` and only
+    then stamped with ``header`` (so a kill during ``setup`` leaves a directory that is redone)."""
     staging = staging_path(out)
     spec_file = staging / "spec.json"
     if spec_file.exists():
@@ -62,13 +62,26 @@ def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]
                 "remove it or pass --fresh to start over"
             )
         return staging
-    (staging / "done").mkdir(parents=True, exist_ok=True)
-    group = zarr.open_group(staging / CELLS, mode="w", zarr_format=3)
-    for name in VARIABLES:
-        group.create_array(name, shape=shape, chunks=(1, 1, 1, shape[3]), dtype="f8",
-                           fill_value=np.nan, serializer=BytesCodec(), compressors=[Crc32cCodec()])
-    _atomic_write(spec_file, json.dumps(header, indent=1, sort_keys=True))
+    staging.mkdir(parents=True, exist_ok=True)
+    setup(staging)
+    atomic_write(spec_file, json.dumps(header, indent=1, sort_keys=True))
     return staging
+
+
+def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]) -> Path:
+    """Create (or reopen, if started by the same spec and engine) the staging store of ``out``."""
+
+    def setup(staging: Path) -> None:
+        import zarr
+        from zarr.codecs import BytesCodec, Crc32cCodec
+
+        (staging / "done").mkdir(exist_ok=True)
+        group = zarr.open_group(staging / CELLS, mode="w", zarr_format=3)
+        for name in VARIABLES:
+            group.create_array(name, shape=shape, chunks=(1, 1, 1, shape[3]), dtype="f8",
+                               fill_value=np.nan, serializer=BytesCodec(), compressors=[Crc32cCodec()])
+
+    return claim_staging(out, header, setup)
 
 
 def finished(staging: Path) -> set[tuple[int, int, int]]:
@@ -116,6 +129,15 @@ def read_staging(staging: Path) -> dict[str, np.ndarray]:
     return values
 
 
+def root_attributes(out: str | Path) -> dict[str, Any]:
+    """The root attributes of the table published at ``out`` (empty if there is none)."""
+    try:
+        meta = json.loads((Path(out) / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta.get("attributes", {})
+
+
 def check_replaceable(out: str | Path) -> None:
     """Refuse to build over anything but a published table (never swap away a user's directory)."""
     out = Path(out)
@@ -152,7 +174,7 @@ def publish(dataset: Any, out: str | Path) -> None:
 
 def write_manifest(store: Path) -> None:
     lines = [f"{hashlib.sha256((store / rel).read_bytes()).hexdigest()}  {rel}" for rel in store_files(store)]
-    _atomic_write(store / MANIFEST, "\n".join(lines) + "\n")
+    atomic_write(store / MANIFEST, "\n".join(lines) + "\n")
 
 
 def check_manifest(store: str | Path) -> list[str]:
@@ -184,9 +206,13 @@ def check_chunks(store: str | Path) -> list[str]:
     return problems
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` all or nothing: a temporary file, flushed to disk, renamed."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -2,7 +2,9 @@
 
 Variable ``p``: the largest noise parameter certified (eps, delta)-DP for n users
 (``accounting.calibrate``), NaN where no p in (1/2, 1) exists.  Same store format as the eps
-tables (CF attributes, zstd + crc32c chunks, SHA-256 manifest, atomic publish).  Spec::
+tables (CF attributes, zstd + crc32c chunks, SHA-256 manifest, atomic publish).  The build is
+resumable: each (protocol, eps) slice is written to ``OUT.staging/`` atomically as it finishes,
+and a rerun of the same spec computes only the missing slices.  Spec::
 
     title = "..."
     [axes]
@@ -13,7 +15,11 @@ tables (CF attributes, zstd + crc32c chunks, SHA-256 manifest, atomic publish). 
 
 from __future__ import annotations
 
+import hashlib
+import io
+import itertools
 import json
+import shutil
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tablegen import ENGINE_VERSION, __version__, store
+from tablegen.build import progress_bar
 from tablegen.protocols.accounting import PROTOCOLS, calibrate
 from tablegen.spec import SpecError, parse_axis
 
@@ -47,28 +54,51 @@ def load_axes(path: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
-def calibration_values(eps: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """p[protocol, eps, n, delta] (NaN where no p in (1/2, 1) is certified)."""
-    p = np.full((len(PROTOCOLS), eps.size, n.size, delta.size), np.nan)
-    for index in np.ndindex(*p.shape):
-        r, e, j, d = index
+def slice_values(protocol: str, eps: float, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """p[n, delta] of one protocol at one eps (NaN where no p in (1/2, 1) is certified)."""
+    p = np.full((n.size, delta.size), np.nan)
+    for j, d in np.ndindex(*p.shape):
         try:
-            p[index] = calibrate(PROTOCOLS[r], eps=float(eps[e]), delta=float(delta[d]), n=int(n[j]))
+            p[j, d] = calibrate(protocol, eps=eps, delta=float(delta[d]), n=int(n[j]))
         except ValueError:
             pass  # no certified p: too few users for this target
     return p
 
 
-def build_calibration(spec_path: str | Path, out: str | Path) -> dict[str, Any]:
-    """Compute and publish the table of ``spec_path`` at ``out`` (atomically, with manifest)."""
+def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False) -> dict[str, Any]:
+    """Compute (or finish computing) and publish the table of ``spec_path`` at ``out``."""
+    axes = load_axes(spec_path)
+    out = Path(out)
+    store.check_replaceable(out)
+    spec = json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()}, sort_keys=True)
+    header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": ENGINE_VERSION}
+    slices = list(itertools.product(range(len(PROTOCOLS)), range(axes["eps"].size)))
+    published = store.root_attributes(out)
+    if all(published.get(k) == v for k, v in header.items()) and not store.staging_path(out).exists():
+        return {"out": str(out), "cells": len(slices) * axes["n"].size * axes["delta"].size, "computed": 0,
+                "skipped": len(slices), "without_p": None}
+    staging = store.claim_staging(out, header, lambda path: None)
+    todo = [(r, e) for r, e in slices if not (staging / f"{r}_{e}.npy").exists()]
+    for r, e in progress_bar(todo, len(todo), progress, unit="slice"):
+        values = slice_values(PROTOCOLS[r], float(axes["eps"][e]), axes["n"], axes["delta"])
+        buffer = io.BytesIO()
+        np.save(buffer, values)
+        store.atomic_write(staging / f"{r}_{e}.npy", buffer.getvalue())
+    values = np.stack([np.load(staging / f"{r}_{e}.npy") for r, e in slices])
+    values = values.reshape(len(PROTOCOLS), axes["eps"].size, axes["n"].size, axes["delta"].size)
+    store.publish(_dataset(values, axes, spec, header, f"tablegen build-calibration --spec {spec_path} --out {out}"),
+                  out)
+    shutil.rmtree(staging)
+    return {"out": str(out), "cells": int(values.size), "computed": len(todo), "skipped": len(slices) - len(todo),
+            "without_p": int(np.isnan(values).sum())}
+
+
+def _dataset(values: np.ndarray, axes: dict[str, Any], spec: str, header: dict[str, str], command: str) -> Any:
     import xarray as xr
 
-    axes = load_axes(spec_path)
-    store.check_replaceable(out)
-    values = calibration_values(axes["eps"], axes["n"], axes["delta"])
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     dims = ("protocol", "eps", "n", "delta")
-    ds = xr.Dataset(
+    return xr.Dataset(
         {"p": (dims, values, {"long_name": "largest Bernoulli noise parameter certified (eps, delta)-DP "
                               "(NaN: none in (1/2, 1))", "units": "1", "certified": "rounded toward more noise"})},
         coords={"protocol": ("protocol", np.array(PROTOCOLS, dtype=object)),
@@ -77,9 +107,5 @@ def build_calibration(spec_path: str | Path, out: str | Path) -> dict[str, Any]:
                 "delta": ("delta", axes["delta"], {"long_name": "target delta", "units": "1"})},
         attrs={"title": axes["title"], "Conventions": "CF-1.10", "institution": "shuffle-eps",
                "source": f"shuffle-eps {__version__} tablegen, engine {ENGINE_VERSION}",
-               "history": f"{now} tablegen build-calibration --spec {spec_path} --out {out}",
-               "references": REFERENCE, "date_created": now, "engine_version": ENGINE_VERSION,
-               "spec": json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()})},
+               "history": f"{now} {command}", "references": REFERENCE, "date_created": now, "spec": spec, **header},
     )
-    store.publish(ds, out)
-    return {"out": str(out), "cells": int(values.size), "without_p": int(np.isnan(values).sum())}

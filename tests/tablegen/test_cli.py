@@ -75,3 +75,16 @@ def test_protocol_bad_input():
     assert out.exit_code == 2 and "more users are needed" in out.output
     out = run("compute", "--mechanism", "krr", "--k", "3", "--n", "10", "--delta", "1e-6")
     assert out.exit_code == 2 and "needs --eps0" in out.output
+
+
+def test_build_calibration_reports_and_is_idempotent(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text("[axes]\neps = [1.0]\nn = [1000, 10000]\ndelta = [1e-6]\n")
+    out = str(tmp_path / "p.zarr")
+    first = run("build-calibration", "--spec", str(spec), "--out", out, "--no-progress")
+    assert first.exit_code == 0, first.output
+    assert "4 cells" in first.output and "computed 2 slices, 0 already finished" in first.output
+    again = run("build-calibration", "--spec", str(spec), "--out", out, "--no-progress")
+    assert again.exit_code == 0 and "up to date" in again.output
+    bad = run("build-calibration", "--spec", str(tmp_path / "missing.toml"), "--out", out)
+    assert bad.exit_code == 2 and "cannot read spec" in bad.output

@@ -110,3 +110,44 @@ def test_simulated_protocols_estimate_the_counts() -> None:
     assert abs(mean - bits.mean()) <= bound
     with pytest.raises(ValueError, match=r"values must be in \[0, d\)"):
         simulate.histogram_randomizer(np.array([0, 7]), 5, p, rng)
+
+
+def _spec(tmp_path, eps: str = "[0.5, 1.0, 2.0]"):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"[axes]\neps = {eps}\nn = [1000, 10000]\ndelta = [1e-8, 1e-6]\n")
+    return spec
+
+
+def test_interrupted_calibration_build_resumes(tmp_path, monkeypatch) -> None:
+    """Killed after two slices: nothing published, the rerun computes only the other four and
+    gives the table of an uninterrupted build."""
+    import xarray as xr
+
+    from tablegen.protocols import table
+    from tablegen.store import StoreError, staging_path
+
+    spec, out = _spec(tmp_path), tmp_path / "p.zarr"
+    real, calls = table.slice_values, []
+
+    def crash_on_third(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(table, "slice_values", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        table.build_calibration(spec, out)
+    assert not out.exists() and len(list(staging_path(out).glob("*.npy"))) == 2
+    with pytest.raises(StoreError, match="another spec"):
+        table.build_calibration(_spec(tmp_path, "[0.5, 1.0]"), out)  # same --out, other spec: refused
+    _spec(tmp_path)
+    monkeypatch.setattr(table, "slice_values", real)
+    resumed = table.build_calibration(spec, out)
+    assert (resumed["computed"], resumed["skipped"]) == (4, 2) and not staging_path(out).exists()
+    fresh = table.build_calibration(spec, tmp_path / "fresh.zarr")
+    assert fresh["computed"] == 6
+    a, b = (xr.open_zarr(p)["p"].values for p in (out, tmp_path / "fresh.zarr"))
+    np.testing.assert_array_equal(a, b)
+    assert a[1, 1, 1, 1] == calibrate("histogram", eps=1.0, delta=1e-6, n=10000)  # an independent cell
+    assert table.build_calibration(spec, out)["computed"] == 0  # published and up to date
