@@ -98,10 +98,14 @@ _OPEN: dict[tuple[str, float, str], Any] = {}
 
 def open_table(path: str | Path | None = None) -> Table:
     """The table at ``path`` (default: the shipped one), verified and loaded once per process."""
-    path = Path(path) if path is not None else default_table_path()
+    hint = "build one with `tablegen build`"
+    if path is None:
+        path = default_table_path()
+        hint = (f"the shipped table is only in a source checkout (an editable install, `pip install -e .`); "
+                f"point ${ENV_TABLE} or --table at a table, or {hint}")
     if os.path.isfile(os.path.realpath(path)):
         return _open_device(os.path.realpath(path))
-    return open_store(path, _load_zarr, "build one with `tablegen build`")
+    return open_store(path, _load_zarr, hint)
 
 
 def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> Any:

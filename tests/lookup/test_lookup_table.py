@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lookup
-from lookup.table import from_arrays, open_table
+from lookup.table import TableError, from_arrays, open_table
 
 
 def test_coverage(table_path: Path) -> None:
@@ -105,3 +105,9 @@ def test_eps_chord_is_safe_when_the_chord_weight_is_tiny() -> None:
         for got in (lookup.eps("krr", eps0=8.0, n=10, delta=np.array([delta]), table=t, live=False, k=3).value[0],
                     lookup.eps("krr", eps0=8.0, n=10, delta=delta, table=t, live=False, k=3).value):
             assert Decimal(float(got)) >= exact
+
+
+def test_missing_default_table_says_how_to_get_one(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SHUFFLE_EPS_TABLE", str(tmp_path / "nowhere.zarr"))
+    with pytest.raises(TableError, match=r"SHUFFLE_EPS_TABLE or --table.*tablegen build"):
+        open_table()
