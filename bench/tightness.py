@@ -67,7 +67,13 @@ def key(case: str, eps0: float, n: int, delta: float) -> str:
 
 
 def pair_mechanism(name: str):
-    """The mechanism's lower-bound pairs as an 'upper' decomposition list (certified pair eps)."""
+    """The mechanism's lower-bound pairs as an 'upper' decomposition list (certified pair eps).
+
+    Certified for the pairs' laws as the mechanism builds them; a joint lower law merged to
+    conditional means (over 100,000 product components, e.g. 4-joint Laplace) is a contraction
+    of the real pair's, so there this would be a lower estimate of the pair's eps.  The
+    mechanisms measured here stay under the cap.
+    """
     from tablegen.mechanisms import Mechanism, get_mechanism
 
     m = get_mechanism(name)

@@ -109,33 +109,44 @@ def coarsened(
       on the same coupling and, (x)_+ being convex, E[(G'_1 + ... + G'_n)_+] <=
       E[(G_1 + ... + G_n)_+] (conditional Jensen).  For a Theorem 5 pair this is the pair of the
       randomizer that reports one output per cell: post-processing, as data processing says.
-      The means are rounded in floating point (relative error ~1e-16, far below the lower
-      engine's FLOAT_SLACK).
+      The means are rounded in floating point, so each is moved by its rounding bound
+      ((m + 4) 2^-52 relative for a cell of m components), u down and v up: G' stays below
+      E[G | cell] also after rounding.
 
-    w starts at ``width`` (by default 2^-26: merging only components equal to within 1.5e-8
-    relative) and grows 4x, merging the merged components again, until at most
-    ``max_components`` remain; the merged decomposition is returned with the w used.
+    Components of weight 0 are dropped first.  w starts at ``width`` (by default 2^-26: only
+    components within 1.5e-8 relative of each other can merge) and doubles, merging the merged
+    components again, until at most ``max_components`` remain (once w exceeds the spread of
+    log u and log v, one cell holds everything); the decomposition is returned with the w used.
     """
-    while True:
+    if max_components < 1:
+        raise ValueError(f"max_components must be >= 1, got {max_components!r}")
+    keep = c > 0
+    u, v, c = u[keep], v[keep], c[keep]
+    while u.size > 0:
         key = _cell_keys(_log_or_below(u), _log_or_below(v), width)
         if key is not None:
             u, v, c = _merge_cells(u, v, c, key, up)  # merging merged cells again stays safe
             if u.size <= max_components:
-                return Decomposition(u, v, c), width
-        width *= 4.0
+                break
+        width *= 2.0
+    return Decomposition(u, v, c), width
 
 
 def _merge_cells(
     u: np.ndarray, v: np.ndarray, c: np.ndarray, key: np.ndarray, up: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One component per distinct key: extreme u and v (``up``) or c-weighted means."""
+    """One component per distinct key: extreme u and v (``up``) or c-weighted means pushed by
+    their rounding bound (u down, v up)."""
     order = np.argsort(key)
     starts = np.flatnonzero(np.diff(key[order], prepend=key[order[0]] - 1))
     u, v, c = u[order], v[order], c[order]
     mass = np.add.reduceat(c, starts)
     if up:
         return np.maximum.reduceat(u, starts), np.minimum.reduceat(v, starts), mass
-    return np.add.reduceat(c * u, starts) / mass, np.add.reduceat(c * v, starts) / mass, mass
+    rounding = (np.diff(np.append(starts, key.size)) + 4) * 2.0**-52
+    mean_u = np.add.reduceat(c * u, starts) / mass
+    mean_v = np.add.reduceat(c * v, starts) / mass
+    return mean_u * (1 - rounding), mean_v * (1 + rounding), mass
 
 
 def _log_or_below(x: np.ndarray) -> np.ndarray:
@@ -145,12 +156,13 @@ def _log_or_below(x: np.ndarray) -> np.ndarray:
 
 
 def _cell_keys(log_u: np.ndarray, log_v: np.ndarray, width: float) -> np.ndarray | None:
-    """One int64 per component naming its (log u, log v) cell; None if the grid is too fine."""
-    ku, kv = np.floor(log_u / width), np.floor(log_v / width)
-    span_u, span_v = (float(k.max() - k.min()) + 1 for k in (ku, kv))
-    if span_u * span_v >= 2.0**62:
+    """One int64 per component naming its (log u, log v) cell, the grid starting at the
+    smallest values; None if the grid is too fine for int64 keys."""
+    ku, kv = np.floor((log_u - log_u.min()) / width), np.floor((log_v - log_v.min()) / width)
+    span_v = float(kv.max()) + 1
+    if (float(ku.max()) + 1) * span_v >= 2.0**62:
         return None
-    return (ku - ku.min()).astype(np.int64) * int(span_v) + (kv - kv.min()).astype(np.int64)
+    return ku.astype(np.int64) * int(span_v) + kv.astype(np.int64)
 
 
 def parallel(parts: list[Decomposition], weights: list[float]) -> Decomposition:

@@ -92,3 +92,17 @@ def test_four_laplace_parts_fit_in_memory():
     (upper,) = mech.upper(4.0, **params)
     assert 0 < upper.c.size <= 100_000
     assert upper.c.sum() <= 1
+
+
+def test_edge_cases_of_merging() -> None:
+    """Found in review: zero weights (product underflow) must not give NaN lower laws, an empty
+    part must not crash, a cap of 1 ends in one cell quickly, a cap of 0 is refused."""
+    a = Decomposition([0.5, 1.2, 0.8], [0.9, 0.9, 1.3], [1e-170, 0.5, 0.5 - 1e-170])
+    b = Decomposition([0.55, 1.3, 0.9], [0.9, 1.1, 1.0], [1e-170, 0.5, 0.5 - 1e-170])
+    merged = joint([a, b], up=False, max_components=3)
+    assert np.all(np.isfinite(merged.u)) and np.all(np.isfinite(merged.v)) and merged.c.size <= 3
+    assert joint([Decomposition([], [], [])]).c.size == 0
+    one, width = coarsened(np.array([0.5, 0.5, 2, 2]), np.array([0.5, 2, 0.5, 2]), np.full(4, 0.25), True, 1)
+    assert (one.u.tolist(), one.v.tolist(), one.c.tolist()) == ([2.0], [0.5], [1.0]) and math.isfinite(width)
+    with pytest.raises(ValueError, match="max_components"):
+        coarsened(np.ones(2), np.ones(2), np.full(2, 0.5), True, 0)
