@@ -15,18 +15,13 @@ import click
 
 import lookup
 from lookup.api import finite, json_ready, parse_number
+from lookup.params import click_options, parse_params
 from lookup.table import TableError
-
-PARAMS = ("k", "g", "domain", "delta0")
 
 
 def query_options(func: Any) -> Any:
+    """--mechanism, its parameters (lookup/params.py), --n, --table, --no-live and --json."""
     options = [
-        click.option("--mechanism", required=True, help="e.g. krr, generic, blh, olh, rappor, oue, hr, laplace"),
-        click.option("--k", type=str, default=None, help="categories of k-RR"),
-        click.option("--g", type=str, default=None, help="hash buckets of OLH"),
-        click.option("--domain", type=str, default=None, help="finite domain size (blh/olh/rappor/oue/hr)"),
-        click.option("--delta0", type=str, default=None, help="delta0 of an (eps0, delta0)-LDP randomizer"),
         click.option("--n", required=True, type=str, help="number of users (1e6 accepted)"),
         click.option("--table", default=None, help="table store or device file (default: the shipped table)"),
         click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead"),
@@ -34,7 +29,9 @@ def query_options(func: Any) -> Any:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    func = click_options(func)
+    return click.option("--mechanism", required=True, help="e.g. krr, generic, blh, olh, rappor, oue, hr, laplace, "
+                        "joint, parallel (off the table: computed live)")(func)
 
 
 @click.group()
@@ -55,7 +52,7 @@ def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool,
         slack = None if max_slack is None else parse_number("max-slack", max_slack)
         a = lookup.eps(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
                        delta=parse_number("delta", delta), table=table, live=not no_live, max_slack=slack,
-                       **_params(raw))
+                       **parse_params(raw))
         return json_ready("eps", a)
 
     _answer(run, as_json)
@@ -70,7 +67,7 @@ def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: boo
     """Certified delta at (eps0, n, eps)."""
     def run() -> dict[str, Any]:
         a = lookup.delta(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
-                         eps=parse_number("eps", eps_), table=table, live=not no_live, **_params(raw))
+                         eps=parse_number("eps", eps_), table=table, live=not no_live, **parse_params(raw))
         return json_ready("delta", a)
 
     _answer(run, as_json)
@@ -85,7 +82,7 @@ def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: 
     """Largest eps0 (local budget) whose certified eps at (n, delta) is <= --eps."""
     def run() -> dict[str, Any]:
         a = lookup.eps0_max(mechanism, eps=parse_number("eps", eps_), n=parse_number("n", n),
-                            delta=parse_number("delta", delta), table=table, live=not no_live, **_params(raw))
+                            delta=parse_number("delta", delta), table=table, live=not no_live, **parse_params(raw))
         return json_ready("eps0_max", a)
 
     _answer(run, as_json)
@@ -210,10 +207,6 @@ def _answer(run: Any, as_json: bool) -> None:
     else:
         for key, value in result.items():
             click.echo(f"{key}: {value}")
-
-
-def _params(raw: dict[str, Any]) -> dict[str, Any]:
-    return {name: parse_number(name, raw[name]) for name in PARAMS if raw.get(name) is not None}
 
 
 if __name__ == "__main__":  # pragma: no cover

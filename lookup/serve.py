@@ -26,10 +26,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import lookup
 from lookup.api import finite, json_ready, parse_number
+from lookup.params import HELP, parse_params
 from lookup.table import Table, TableError, open_table
 
 MAX_URL = 2048
-PARAMS = {"k", "g", "domain", "delta0"}
 ENDPOINTS = {
     "/v1/eps": ("eps", {"eps0", "n", "delta"}, {"max_slack"}),
     "/v1/delta": ("delta", {"eps0", "n", "eps"}, set()),
@@ -57,7 +57,7 @@ class Service:
                 raise ValueError(f"/v1/info takes no parameters, got {sorted(query)[0]!r}")
             return self.table.coverage()
         kind, required, optional = ENDPOINTS[path]
-        allowed = required | optional | PARAMS | {"mechanism", "live"}
+        allowed = required | optional | set(HELP) | {"mechanism", "live"}
         unknown = sorted(set(query) - allowed)
         if unknown:
             raise ValueError(f"unknown parameter {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -65,7 +65,8 @@ class Service:
         if missing:
             raise ValueError(f"missing parameter {missing[0]!r}")
         live = _boolean(query.get("live", "true"))
-        kwargs = {name: parse_number(name, query[name]) for name in query if name not in {"mechanism", "live"}}
+        kwargs = {name: parse_number(name, query[name]) for name in query if name in required | optional}
+        kwargs.update(parse_params(query))
         call = getattr(lookup, kind)
         try:  # the table alone: instant, no pool
             result = call(query["mechanism"], table=self.table, live=False, **kwargs)

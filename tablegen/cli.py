@@ -13,20 +13,13 @@ from typing import Any
 
 import click
 
+from lookup.api import parse_number as _number
+from lookup.params import click_options, parse_params
 from tablegen import __version__
 
-MECHANISM_OPTIONS = [
-    click.option("--mechanism", required=True, help="generic, generic-closed-form, krr, blh, olh, rappor, oue, "
-                 "hr, laplace, finite, joint, parallel"),
-    click.option("--k", type=str, default=None, help="categories of k-RR (or of a krr base)"),
-    click.option("--g", type=str, default=None, help="hash buckets of OLH (default round(e^eps0)+1)"),
-    click.option("--domain", type=str, default=None, help="blh/olh/rappor/oue/hr: finite domain size (exact matrix)"),
-    click.option("--delta0", type=str, default=None, help="delta0 of an (eps0, delta0)-LDP randomizer (generic)"),
-    click.option("--matrix", type=str, default=None, help="finite: JSON list of rows R[x][y]"),
-    click.option("--base", type=str, default=None, help="joint: the base mechanism"),
-    click.option("--parts", type=str, default=None, help="joint: number of attributes"),
-    click.option("--bases", type=str, default=None, help="parallel: comma-separated mechanisms"),
-    click.option("--weights", type=str, default=None, help="parallel: comma-separated probabilities"),
+MECHANISM = click.option("--mechanism", required=True, help="generic, generic-closed-form, krr, blh, olh, rappor, "
+                         "oue, hr, laplace, finite, joint, parallel")
+AFTER_PARAMS = [
     click.option("--p", "noise_p", type=str, default=None, help="binary-sum / histogram: Bernoulli noise parameter"),
     click.option("--n", "n", required=True, type=str, help="number of users (1e6 accepted)"),
     click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
@@ -34,32 +27,10 @@ MECHANISM_OPTIONS = [
 
 
 def mechanism_options(func: Any) -> Any:
-    for option in reversed(MECHANISM_OPTIONS):
+    """--mechanism, its parameters (lookup/params.py), --p, --n and --json."""
+    for option in reversed(AFTER_PARAMS):
         func = option(func)
-    return func
-
-
-def _params(raw: dict[str, Any]) -> dict[str, Any]:
-    names = ("k", "g", "domain", "delta0", "base", "parts", "bases", "weights")
-    params = {k: raw[k] for k in names if raw.get(k) is not None}
-    for name in ("k", "g", "domain", "parts"):
-        if name in params:
-            params[name] = _number(name, params[name])
-    if "delta0" in params:
-        params["delta0"] = _number("delta0", params["delta0"])
-    if raw.get("matrix") is not None:
-        try:
-            params["matrix"] = json.loads(raw["matrix"])
-        except json.JSONDecodeError:
-            raise ValueError("matrix must be a JSON list of rows, e.g. [[0.7,0.3],[0.3,0.7]]") from None
-    return params
-
-
-def _number(name: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {name}={text!r}") from None
+    return MECHANISM(click_options(func))
 
 
 def _emit(result: dict[str, Any], as_json: bool) -> None:
@@ -100,7 +71,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
             raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
         if eps0 is None or noise_p is not None:
             raise ValueError(f"mechanism {mechanism!r} needs --eps0 (and takes no --p)")
-        params = _params(raw)
+        params = parse_params(raw)
         e0, users = _number("eps0", eps0), _number("n", n)
         if mechanism == "generic-closed-form":
             result = _closed_form(e0, users, delta, params)
@@ -234,7 +205,7 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
 
     try:
         value = eps0_max(mechanism, eps=_number("eps", eps), n=_number("n", n), delta=_number("delta", delta),
-                         **_params(raw))
+                         **parse_params(raw))
     except ValueError as exc:
         _fail(exc)
     _emit({"eps0": value, "certified": True, "mechanism": mechanism, "eps": float(eps), "n": int(float(n)),

@@ -46,3 +46,18 @@ def test_errors(table_path: Path) -> None:
     assert code == 2 and "eps0 must be a number" in err
     code, _, err = run("info", "--table", str(table_path.parent / "absent.zarr"))
     assert code == 3 and "not a published table" in err
+
+
+def test_composed_mechanisms_are_answered_live(table_path: Path) -> None:
+    """joint / parallel / finite take the engine's parameters on the lookup command line too."""
+    from tablegen.engine import eps_bounds
+
+    code, out, err = run("eps", "--mechanism", "joint", "--base", "krr", "--k", "3", "--parts", "2", "--eps0", "1.5",
+                         "--n", "50", "--delta", "1e-6", "--table", str(table_path), "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["source"] == "live"
+    assert answer["eps"] == eps_bounds("joint", eps0=1.5, n=50, delta=1e-6, base="krr", k=3, parts=2).upper
+    code, _, err = run("eps", "--mechanism", "finite", "--matrix", "[[0.7,0.3]", "--eps0", "1", "--n", "50",
+                       "--delta", "1e-6", "--table", str(table_path))
+    assert code == 2 and "matrix must be a JSON list" in err

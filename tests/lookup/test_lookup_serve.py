@@ -13,6 +13,7 @@ import pytest
 
 import lookup
 from lookup.serve import make_server
+from tablegen.engine import eps_bounds
 
 
 def serving(table_path: Path, live_timeout: float) -> Iterator[str]:
@@ -72,6 +73,8 @@ def test_answers_match_the_library(base: str, table_path: Path) -> None:
         ("/v1/info?x=1", 400, "takes no parameters"),
         ("/v1/eps?" + "a" * 3000, 414, "longer than"),
         ("/v1/eps?%%%", 400, "malformed"),
+        ("/v1/eps?mechanism=finite&matrix=[[1,0&eps0=1&n=50&delta=1e-6", 400, "matrix must be a JSON list"),
+        ("/v1/eps?mechanism=joint&base=krr&k=3&parts=two&eps0=1&n=50&delta=1e-6", 400, "parts must be a number"),
     ],
 )
 def test_bad_requests(base: str, query: str, status: int, message: str) -> None:
@@ -90,6 +93,9 @@ def test_live_answers_and_engine_errors(patient: str) -> None:
     assert status == 200 and body["source"] == "live"
     status, body = get(f"{patient}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")
     assert status == 400 and "unknown mechanism='nope'" in body["error"]
+    status, body = get(f"{patient}/v1/eps?mechanism=joint&base=krr&k=3&parts=2&eps0=1.5&n=50&delta=1e-6")
+    assert status == 200 and body["source"] == "live"
+    assert body["eps"] == eps_bounds("joint", eps0=1.5, n=50, delta=1e-6, base="krr", k=3, parts=2).upper
 
 
 def test_connections_over_the_limit_get_a_503(table_path: Path) -> None:

@@ -1,0 +1,51 @@
+"""Mechanism parameters given as text (command line, query string), shared by both CLIs and HTTP.
+
+``parse_params`` turns the text values into the keyword arguments of ``lookup`` and of the
+engine (numbers as floats, ``matrix`` from JSON, mechanism names and lists as given: the
+mechanism validates them and names the parameter); ``click_options`` adds one ``--NAME``
+option per parameter (click is imported only when a CLI is built).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lookup.api import parse_number
+
+HELP = {
+    "k": "categories of k-RR (or of a krr base)",
+    "g": "hash buckets of OLH (default round(e^eps0)+1)",
+    "domain": "blh/olh/rappor/oue/hr: finite domain size (exact matrix)",
+    "delta0": "delta0 of an (eps0, delta0)-LDP randomizer (generic)",
+    "matrix": "finite: JSON list of rows R[x][y]",
+    "base": "joint: the base mechanism",
+    "parts": "joint: number of attributes, each with eps0/parts",
+    "bases": "parallel: comma-separated mechanisms",
+    "weights": "parallel: comma-separated probabilities",
+}
+NUMBERS = ("k", "g", "domain", "delta0", "parts")
+
+
+def parse_params(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The mechanism parameters present in ``raw`` (None or absent: not given)."""
+    params = {name: raw[name] for name in HELP if raw.get(name) is not None}
+    for name in NUMBERS:
+        if name in params:
+            params[name] = parse_number(name, params[name])
+    if "matrix" in params:
+        try:
+            params["matrix"] = json.loads(params["matrix"])
+        except json.JSONDecodeError:
+            raise ValueError("matrix must be a JSON list of rows, e.g. [[0.7,0.3],[0.3,0.7]]") from None
+    return params
+
+
+def click_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a click command with ``--k``, ``--g``, ... (text, default None)."""
+    import click
+
+    for name in reversed(HELP):
+        func = click.option(f"--{name}", type=str, default=None, help=HELP[name])(func)
+    return func
