@@ -15,7 +15,7 @@ import click
 
 import lookup
 from lookup.api import finite, json_ready, parse_number
-from lookup.params import click_options, parse_params
+from lookup.params import HELP, click_options, parse_params
 from lookup.table import TableError
 
 
@@ -175,13 +175,14 @@ def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta:
 
 
 def _row(text: str) -> tuple[str, dict[str, Any]]:
+    """'joint base=krr k=10 parts=2' -> ('joint', {'base': 'krr', 'k': 10, 'parts': 2})."""
     family, *pairs = text.split()
-    params = {}
-    for pair in pairs:
-        name, _, value = pair.partition("=")
-        number = parse_number(name, value)
-        params[name] = int(number) if number.is_integer() else number
-    return family, params
+    raw = dict(pair.partition("=")[::2] for pair in pairs)
+    unknown = sorted(set(raw) - set(HELP))
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r} in --mechanisms row {text.strip()!r} "
+                         f"(allowed: {', '.join(HELP)})")
+    return family, {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in parse_params(raw).items()}
 
 
 @main.command()

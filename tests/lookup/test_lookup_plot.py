@@ -44,3 +44,6 @@ def test_cli_writes_svg_and_reports_missing_options(table_path: Path, tmp_path: 
     assert b"<svg" in out.read_bytes()[:500]
     result = CliRunner().invoke(main, ["plot", "eps-vs-n", "--table", str(table_path), "--out", str(out)])
     assert result.exit_code == 2 and "needs --eps0, --delta" in result.stderr
+    result = CliRunner().invoke(main, ["plot", "eps-vs-n", "--mechanisms", "krr kk=3", "--eps0", "2", "--delta",
+                                       "1e-6", "--table", str(table_path), "--out", str(out)])
+    assert result.exit_code == 2 and "unknown parameter 'kk'" in result.stderr
