@@ -37,11 +37,15 @@ class Mechanism:
     lower: Callable[..., list[Decomposition]] | None
     params: dict[str, Param] = field(default_factory=dict)
     extra_delta: Callable[..., float] | None = None  # (eps, eps0, n, **params) -> added delta
+    monotone_in_eps0: Callable[[dict[str, Any]], bool] | None = None  # overrides the rule below
 
     def eps0_monotone(self, params: dict[str, Any]) -> bool:
         """Whether rows with these parameters are one randomizer family in eps0 (a smaller eps0
         is a post-processing of a larger one, DESIGN.md section 3); False when a parameter's
-        default depends on eps0 (OLH's g), so neighbouring eps0 are different randomizers."""
+        default depends on eps0 (OLH's g), so neighbouring eps0 are different randomizers.
+        Compositions decide through ``monotone_in_eps0`` (from their bases)."""
+        if self.monotone_in_eps0 is not None:
+            return self.monotone_in_eps0(params)
         return not any(spec.eps0_default and params.get(name) is None for name, spec in self.params.items())
 
     def resolve(self, params: dict[str, Any]) -> dict[str, Any]:

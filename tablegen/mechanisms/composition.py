@@ -45,6 +45,16 @@ def _base_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k in ("k", "g") and v is not None}
 
 
+def _bases_monotone(params: dict[str, Any]) -> bool:
+    """A joint or parallel composition is one family in eps0 when each base is: a product or a
+    mixture of post-processings is a post-processing.  (OLH with its default g is not.)"""
+    from tablegen.mechanisms import get_mechanism
+
+    names = [params["base"]] if params.get("base") is not None else _names("bases", params.get("bases") or [])
+    bases = [get_mechanism(str(name)) for name in names]
+    return all(m.eps0_monotone({k: v for k, v in _base_params(params).items() if k in m.params}) for m in bases)
+
+
 def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> list[Decomposition]:
     from tablegen.mechanisms import get_mechanism
 
@@ -107,6 +117,7 @@ JOINT = Mechanism(
     joint_lower,
     {"base": Param(None, _base_name, "base mechanism name", required=True),
      "parts": Param(2, _parts, "number of attributes (default 2)"), "k": _K, "g": _G},
+    monotone_in_eps0=_bases_monotone,
 )
 
 PARALLEL = Mechanism(
@@ -118,4 +129,5 @@ PARALLEL = Mechanism(
     {"bases": Param(None, _names, "comma-separated base mechanisms", required=True),
      "weights": Param(None, _weights, "comma-separated probabilities, one per base", required=True),
      "k": _K, "g": _G},
+    monotone_in_eps0=_bases_monotone,
 )

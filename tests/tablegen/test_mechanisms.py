@@ -34,7 +34,7 @@ from shuffle_reference import (
     unary_lower_law,
 )
 
-from tablegen.engine import delta_bounds
+from tablegen.engine import delta_bounds, eps_bounds
 from tablegen.mechanisms import MECHANISMS, get_mechanism
 
 EPS0S = (0.1, 0.7, 2.0, 5.0)
@@ -352,3 +352,22 @@ def test_domain_option_rejects_huge_output_spaces():
         delta_bounds("rappor", eps0=1.0, n=10, eps=0.1, domain=16)
     with pytest.raises(ValueError, match="domain"):
         delta_bounds("oue", eps0=1.0, n=10, eps=0.1, domain=1)
+
+
+def test_eps0_monotone_flags_follow_the_bases() -> None:
+    """OLH's default g = round(e^eps0) + 1 changes the randomizer with eps0, and a composition
+    with such a base inherits that: each part of a 2-joint OLH has g = 3 at eps0 = 1.82
+    (e^0.91 = 2.48) and g = 4 at 1.84 (e^0.92 = 2.51), and the certified eps is smaller at 1.84,
+    so a lookup may not round eps0 up there.  With g given, or bases without eps0-dependent
+    defaults, it may."""
+    joint, parallel = get_mechanism("joint"), get_mechanism("parallel")
+    olh_default = {"base": "olh", "parts": 2}
+    assert not get_mechanism("olh").eps0_monotone({}) and get_mechanism("olh").eps0_monotone({"g": 4})
+    assert not joint.eps0_monotone(olh_default)
+    assert joint.eps0_monotone({"base": "olh", "g": 5, "parts": 2})
+    assert joint.eps0_monotone({"base": "krr", "k": 10, "parts": 2})
+    assert not parallel.eps0_monotone({"bases": "krr,olh", "weights": "0.5,0.5", "k": 10})
+    assert parallel.eps0_monotone({"bases": ["krr", "blh"], "weights": [0.5, 0.5], "k": 10})
+    below, above = (eps_bounds("joint", eps0=e0, n=10**4, delta=1e-6, lower=False, **olh_default).upper
+                    for e0 in (1.82, 1.84))
+    assert above < below  # the reason for the flag
