@@ -138,7 +138,8 @@ def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: 
 @main.command()
 @click.argument("kind", type=click.Choice(["eps-vs-n", "eps-vs-eps0", "privacy-curve", "eps0-max", "slack"]))
 @click.option("--mechanisms", default="krr k=10,generic", show_default=True,
-              help="comma-separated rows, each 'family [param=value ...]' (the first one for single-row kinds)")
+              help="rows 'family [param=value ...]' separated by ';' (or ',' if no value has commas); "
+                   "the first one for single-row kinds")
 @click.option("--eps0", type=float, default=None, help="eps-vs-n, privacy-curve")
 @click.option("--n", type=float, default=None, help="eps-vs-eps0, privacy-curve")
 @click.option("--delta", type=float, default=None, help="eps-vs-n, eps-vs-eps0, eps0-max, slack")
@@ -151,7 +152,7 @@ def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta:
     from lookup import plot as plots
 
     def run() -> dict[str, Any]:
-        rows = [_row(text) for text in mechanisms.split(",") if text.strip()]
+        rows = [_row(text) for text in _rows(mechanisms)]
         t = lookup.open_table(table)
         needed = {"eps-vs-n": ("eps0", "delta"), "eps-vs-eps0": ("n", "delta"), "privacy-curve": ("eps0", "n"),
                   "eps0-max": ("eps", "delta"), "slack": ("delta",)}[kind]
@@ -174,10 +175,19 @@ def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta:
     _answer(run, False)
 
 
+def _rows(text: str) -> list[str]:
+    """Rows separated by ';', or by ',' when no ';' is given (then values may not hold commas)."""
+    return [row for row in text.split(";" if ";" in text else ",") if row.strip()]
+
+
 def _row(text: str) -> tuple[str, dict[str, Any]]:
     """'joint base=krr k=10 parts=2' -> ('joint', {'base': 'krr', 'k': 10, 'parts': 2})."""
     family, *pairs = text.split()
+    names = [pair.partition("=")[0] for pair in pairs]
     raw = dict(pair.partition("=")[::2] for pair in pairs)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"parameter {repeated[0]!r} given more than once in --mechanisms row {text.strip()!r}")
     unknown = sorted(set(raw) - set(HELP))
     if unknown:
         raise ValueError(f"unknown parameter {unknown[0]!r} in --mechanisms row {text.strip()!r} "

@@ -37,7 +37,7 @@ def parse_params(raw: Mapping[str, Any]) -> dict[str, Any]:
     if "matrix" in params:
         try:
             params["matrix"] = json.loads(params["matrix"])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ValueError("matrix must be a JSON list of rows, e.g. [[0.7,0.3],[0.3,0.7]]") from None
     return params
 

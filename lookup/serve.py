@@ -9,13 +9,14 @@ Answers as the CLI's ``--json``.  Every bad request is a 400 with ``{"error": ".
 the parameter (404 unknown path, 405 other methods, 413 a body, 414 an oversized URL); table
 answers never wait; live computations run in a bounded pool (``max_live`` at once, each
 waited for at most ``live_timeout`` seconds) and are answered 503 when the pool is busy or the
-time is up.  At most ``max_connections`` connections are handled at once (one thread each, a
-30 s idle timeout); further connections get an immediate 503 and are closed.
+time is up.  At most ``max_connections`` connections are handled at once (one thread each; a
+request must arrive within 10 s in all); further connections get a 503 and are closed.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from lookup.params import HELP, parse_params
 from lookup.table import Table, TableError, open_table
 
 MAX_URL = 2048
+REQUEST_SECONDS = 10  # to receive a request line and headers, in all
 ENDPOINTS = {
     "/v1/eps": ("eps", {"eps0", "n", "delta"}, {"max_slack"}),
     "/v1/delta": ("delta", {"eps0", "n", "eps"}, set()),
@@ -99,7 +101,8 @@ class BoundedServer(ThreadingHTTPServer):
         self.connection_slots = threading.BoundedSemaphore(max_connections)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.connection_slots.acquire(blocking=False):
+        # a short wait: a client's next connection can arrive before its last one's thread ends
+        if not self.connection_slots.acquire(timeout=0.2):
             _answer_busy(request, self.max_connections)
             self.shutdown_request(request)
             return
@@ -114,6 +117,13 @@ class BoundedServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.connection_slots.release()
+
+
+def _cut(connection: socket.socket) -> None:
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _answer_busy(request: Any, max_connections: int) -> None:
@@ -136,7 +146,27 @@ def make_server(host: str, port: int, table: str | None = None, max_live: int = 
     class Handler(BaseHTTPRequestHandler):
         server_version = f"shuffle-eps-lookup/{lookup.__version__}"
 
-        timeout = 30  # seconds an idle or slow connection may hold its thread
+        timeout = REQUEST_SECONDS  # each read of a slow connection
+
+        def setup(self) -> None:
+            super().setup()
+            # the whole request (line and headers) must arrive within REQUEST_SECONDS, however
+            # slowly it trickles in; then the connection is cut and its slot freed
+            self.deadline = threading.Timer(REQUEST_SECONDS, _cut, (self.connection,))
+            self.deadline.daemon = True
+            self.deadline.start()
+
+        def parse_request(self) -> bool:
+            parsed = super().parse_request()  # reads the headers
+            self.deadline.cancel()
+            return parsed
+
+        def finish(self) -> None:
+            self.deadline.cancel()
+            try:
+                super().finish()
+            except OSError:
+                pass  # the client went away
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if len(self.path) > MAX_URL:
@@ -165,11 +195,14 @@ def make_server(host: str, port: int, table: str | None = None, max_live: int = 
 
         def _send(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(finite(body)).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                self.close_connection = True  # the client went away before its answer
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             pass

@@ -270,13 +270,14 @@ def verify(store_path: str, sample: int, seed: int) -> None:
 @click.option("--spec", "spec_path", required=True, help="axes of eps, n, delta, e.g. workflows/protocols.toml")
 @click.option("--out", required=True, help="table to write, e.g. data/protocols.zarr")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="progress bar on stderr")
-def build_calibration(spec_path: str, out: str, progress: bool) -> None:
+@click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
+def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> None:
     """Table of the calibrated p of the binary-sum and histogram protocols (published atomically;
     an interrupted build resumes, computing only the missing (protocol, eps) slices)."""
     from tablegen.protocols.table import build_calibration as build_table
 
     try:
-        result = build_table(spec_path, out, progress=progress)
+        result = build_table(spec_path, out, progress=progress, fresh=fresh)
     except ValueError as exc:
         _fail(exc)
     if result["without_p"] is None:

@@ -49,7 +49,8 @@ def staging_path(out: str | Path) -> Path:
 def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path], None]) -> Path:
     """The staging directory of ``out``: reopened if it was started by the same spec and engine
     (``header``'s spec_sha256 and engine_version), else created, prepared by ``setup`` and only
-    then stamped with ``header`` (so a kill during ``setup`` leaves a directory that is redone)."""
+    then stamped with ``header``.  A directory without the stamp (a kill during ``setup``, or
+    during the removal after a publish) is emptied first."""
     staging = staging_path(out)
     spec_file = staging / "spec.json"
     if spec_file.exists():
@@ -62,10 +63,18 @@ def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path
                 "remove it or pass --fresh to start over"
             )
         return staging
-    staging.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)  # no stamp: nothing in it can be trusted (a torn setup or cleanup)
+    staging.mkdir(parents=True)
     setup(staging)
     atomic_write(spec_file, json.dumps(header, indent=1, sort_keys=True))
     return staging
+
+
+def remove_staging(staging: Path) -> None:
+    """Remove a staging directory after its publish: the stamp first, so a kill midway leaves a
+    directory that the next build empties instead of trusting."""
+    (staging / "spec.json").unlink(missing_ok=True)
+    shutil.rmtree(staging)
 
 
 def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]) -> Path:

@@ -41,19 +41,22 @@ def unit_interval(name: str, value: float) -> float:
     return x
 
 
-def integer_at_least(name: str, value: float, minimum: int) -> int:
-    """Return ``value`` as int if it is an integer (possibly given as 1e6) >= ``minimum``."""
+def integer_at_least(name: str, value: float, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as int if it is an integer (possibly given as 1e6) >= ``minimum`` (and
+    <= ``maximum`` when given)."""
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+    shown = int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**63 else value
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {name}={value!r}")
     if isinstance(value, numbers.Integral):
         out = int(value)
     else:
         x = _as_float(name, value)
         if not (math.isfinite(x) and x == math.floor(x)):
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+            raise ValueError(f"{name} must be {allowed}, got {name}={shown!r}")
         out = int(x)
-    if out < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {name}={value!r}")
+    if out < minimum or (maximum is not None and out > maximum):
+        raise ValueError(f"{name} must be {allowed}, got {name}={shown!r}")
     return out
 
 

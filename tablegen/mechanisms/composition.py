@@ -15,6 +15,7 @@ from typing import Any
 from tablegen import validate
 from tablegen.decomposition import Decomposition, joint, parallel
 from tablegen.mechanisms.base import Mechanism, Param
+from tablegen.mechanisms.frequency import categories
 
 PAPER = "Su, Cheng, Wang, general-clone-fft.txt, sections 6 and 7"
 
@@ -37,8 +38,11 @@ def _weights(name: str, value: object) -> tuple[float, ...]:
     return tuple(validate.nonnegative_finite(name, w) for w in items)
 
 
+MAX_PARTS = 32  # attributes of a joint composition (the product is built part by part)
+
+
 def _parts(name: str, value: object) -> int:
-    return validate.integer_at_least(name, value, 1)
+    return validate.integer_at_least(name, value, 1, MAX_PARTS)
 
 
 def _base_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -106,8 +110,8 @@ def _check_weights(bases: tuple[str, ...], weights: tuple[float, ...]) -> None:
         raise ValueError(f"weights must give one probability per base and sum to 1, got {list(weights)}")
 
 
-_K = Param(None, lambda n, v: validate.integer_at_least(n, v, 2), "k of a krr base")
-_G = Param(None, lambda n, v: validate.integer_at_least(n, v, 2), "g of an olh base")
+_K = Param(None, categories, "k of a krr base")
+_G = Param(None, categories, "g of an olh base")
 
 JOINT = Mechanism(
     "joint",
@@ -116,7 +120,7 @@ JOINT = Mechanism(
     joint_upper,
     joint_lower,
     {"base": Param(None, _base_name, "base mechanism name", required=True),
-     "parts": Param(2, _parts, "number of attributes (default 2)"), "k": _K, "g": _G},
+     "parts": Param(2, _parts, f"number of attributes, 1..{MAX_PARTS} (default 2)"), "k": _K, "g": _G},
     monotone_in_eps0=_bases_monotone,
 )
 

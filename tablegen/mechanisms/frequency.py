@@ -160,17 +160,21 @@ def default_buckets(eps0: float) -> int:
     return int(round(math.exp(eps0))) + 1
 
 
-def _k(name: str, value: object) -> int:
-    return validate.integer_at_least(name, value, 2)
+MAX_CATEGORIES = 10**8  # k, g, domain: k = 1e8 takes ~10 s and 0.7 GB; 1e10 exhausts memory
+
+
+def categories(name: str, value: object) -> int:
+    """An integer in [2, MAX_CATEGORIES] (k, g, domain)."""
+    return validate.integer_at_least(name, value, 2, MAX_CATEGORIES)
 
 
 def domain_matrix(name: str, eps0: float, domain: int, g: int | None = None) -> np.ndarray:
     """The randomizer matrix of ``name`` on ``domain`` input values (see ``domain.py``)."""
-    outputs = domain_outputs(name, domain, g)
-    if domain > MAX_INPUTS or outputs > MAX_OUTPUTS:
+    outputs = domain_outputs(name, domain, g) if domain <= MAX_INPUTS else None  # g^domain: check domain first
+    if outputs is None or outputs > MAX_OUTPUTS:
         raise ValueError(
-            f"domain={domain} gives {outputs} outputs for {name}; the finite-domain option allows at most "
-            f"{MAX_INPUTS} values and {MAX_OUTPUTS} outputs (omit domain for the domain-free bound)"
+            f"domain={domain} gives {outputs or 'too many'} outputs for {name}; the finite-domain option allows "
+            f"at most {MAX_INPUTS} values and {MAX_OUTPUTS} outputs (omit domain for the domain-free bound)"
         )
     if name == "rappor":
         h = math.exp(eps0 / 2)
@@ -207,9 +211,9 @@ def _mechanism(
                      _with_domain(name, lower, finite_lower), params)
 
 
-K_PARAM = Param(None, _k, "number of categories k, an integer >= 2", required=True)
-G_PARAM = Param(None, _k, "number of hash buckets g >= 2 (default round(e^eps0) + 1)", eps0_default=True)
-DOMAIN_PARAM = Param(None, _k, "optional finite domain size >= 2: exact optimal decomposition of the matrix")
+K_PARAM = Param(None, categories, "number of categories k, an integer >= 2", required=True)
+G_PARAM = Param(None, categories, "number of hash buckets g >= 2 (default round(e^eps0) + 1)", eps0_default=True)
+DOMAIN_PARAM = Param(None, categories, "optional finite domain size >= 2: exact optimal decomposition of the matrix")
 
 MECHANISMS = [
     Mechanism("krr", "k-ary randomized response", PAPER + " (Example 4.0)", krr_upper, krr_lower, {"k": K_PARAM}),

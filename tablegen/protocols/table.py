@@ -65,11 +65,14 @@ def slice_values(protocol: str, eps: float, n: np.ndarray, delta: np.ndarray) ->
     return p
 
 
-def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False) -> dict[str, Any]:
-    """Compute (or finish computing) and publish the table of ``spec_path`` at ``out``."""
+def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False,
+                      fresh: bool = False) -> dict[str, Any]:
+    """Compute (or finish computing; ``fresh``: start over) and publish the table of ``spec_path``."""
     axes = load_axes(spec_path)
     out = Path(out)
     store.check_replaceable(out)
+    if fresh:
+        shutil.rmtree(store.staging_path(out), ignore_errors=True)
     spec = json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()}, sort_keys=True)
     header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": ENGINE_VERSION}
     slices = list(itertools.product(range(len(PROTOCOLS)), range(axes["eps"].size)))
@@ -84,13 +87,20 @@ def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = F
         buffer = io.BytesIO()
         np.save(buffer, values)
         store.atomic_write(staging / f"{r}_{e}.npy", buffer.getvalue())
-    values = np.stack([np.load(staging / f"{r}_{e}.npy") for r, e in slices])
+    values = np.stack([_load_slice(staging / f"{r}_{e}.npy") for r, e in slices])
     values = values.reshape(len(PROTOCOLS), axes["eps"].size, axes["n"].size, axes["delta"].size)
     store.publish(_dataset(values, axes, spec, header, f"tablegen build-calibration --spec {spec_path} --out {out}"),
                   out)
-    shutil.rmtree(staging)
+    store.remove_staging(staging)
     return {"out": str(out), "cells": int(values.size), "computed": len(todo), "skipped": len(slices) - len(todo),
             "without_p": int(np.isnan(values).sum())}
+
+
+def _load_slice(path: Path) -> np.ndarray:
+    try:
+        return np.load(path)
+    except (OSError, ValueError, EOFError) as err:  # written atomically, so only outside damage
+        raise store.StoreError(f"{path}: unreadable slice ({err}); remove it and run the build again") from None
 
 
 def _dataset(values: np.ndarray, axes: dict[str, Any], spec: str, header: dict[str, str], command: str) -> Any:

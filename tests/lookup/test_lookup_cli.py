@@ -61,3 +61,6 @@ def test_composed_mechanisms_are_answered_live(table_path: Path) -> None:
     code, _, err = run("eps", "--mechanism", "finite", "--matrix", "[[0.7,0.3]", "--eps0", "1", "--n", "50",
                        "--delta", "1e-6", "--table", str(table_path))
     assert code == 2 and "matrix must be a JSON list" in err
+    code, _, err = run("eps", "--mechanism", "finite", "--matrix", "[" * 5000, "--eps0", "1", "--n", "50",
+                       "--delta", "1e-6", "--table", str(table_path))
+    assert code == 2 and "matrix must be a JSON list" in err

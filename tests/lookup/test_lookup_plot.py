@@ -47,3 +47,15 @@ def test_cli_writes_svg_and_reports_missing_options(table_path: Path, tmp_path: 
     result = CliRunner().invoke(main, ["plot", "eps-vs-n", "--mechanisms", "krr kk=3", "--eps0", "2", "--delta",
                                        "1e-6", "--table", str(table_path), "--out", str(out)])
     assert result.exit_code == 2 and "unknown parameter 'kk'" in result.stderr
+    result = CliRunner().invoke(main, ["plot", "eps-vs-n", "--mechanisms", "krr k=3 k=4", "--eps0", "2", "--delta",
+                                       "1e-6", "--table", str(table_path), "--out", str(out)])
+    assert result.exit_code == 2 and "'k' given more than once" in result.stderr
+
+
+def test_rows_with_commas_in_values_use_semicolons(table_path: Path, tmp_path: Path) -> None:
+    from lookup.cli import _row, _rows
+
+    rows = [_row(r) for r in _rows("parallel bases=krr,blh weights=0.5,0.5 k=10; finite matrix=[[0.7,0.3],[0.3,0.7]]")]
+    assert rows == [("parallel", {"bases": "krr,blh", "weights": "0.5,0.5", "k": 10}),
+                    ("finite", {"matrix": [[0.7, 0.3], [0.3, 0.7]]})]
+    assert [r[0] for r in map(_row, _rows("krr k=10,generic"))] == ["krr", "generic"]

@@ -122,3 +122,47 @@ def test_connections_over_the_limit_get_a_503(table_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_trickling_request_is_cut(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: one header line every few seconds kept a slot forever (the timeout was per
+    read).  The request must now arrive within REQUEST_SECONDS in all."""
+    import socket
+    import time
+
+    import lookup.serve
+
+    monkeypatch.setattr(lookup.serve, "REQUEST_SECONDS", 0.5)
+    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET /v1/info HTTP/1.0\r\n")
+        cut = False
+        for _ in range(10):  # 2 s of one header every 0.2 s
+            time.sleep(0.2)
+            try:
+                slow.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                cut = True
+                break
+        assert get(f"http://127.0.0.1:{port}/v1/info")[0] == 200  # the slot came back
+        assert cut or slow.recv(1) == b""  # the server closed the trickling connection
+        slow.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_back_to_back_requests_are_not_refused(table_path: Path) -> None:
+    """Found in review: a client's next connection could arrive before its previous one's slot
+    was released and get a 503 even with one client only."""
+    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        statuses = [get(f"http://127.0.0.1:{server.server_address[1]}/v1/info")[0] for _ in range(100)]
+        assert statuses == [200] * 100
+    finally:
+        server.shutdown()
+        server.server_close()

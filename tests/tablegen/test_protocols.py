@@ -151,3 +151,20 @@ def test_interrupted_calibration_build_resumes(tmp_path, monkeypatch) -> None:
     np.testing.assert_array_equal(a, b)
     assert a[1, 1, 1, 1] == calibrate("histogram", eps=1.0, delta=1e-6, n=10000)  # an independent cell
     assert table.build_calibration(spec, out)["computed"] == 0  # published and up to date
+
+
+def test_unstamped_staging_is_not_trusted(tmp_path) -> None:
+    """Found in review: a staging directory whose stamp is gone (a kill while it was being
+    removed) must not lend its slices to another spec of the same shape."""
+    import xarray as xr
+
+    from tablegen.protocols import table
+    from tablegen.store import staging_path
+
+    out = tmp_path / "p.zarr"
+    staging = staging_path(out)
+    staging.mkdir()
+    np.save(staging / "0_0.npy", np.full((2, 2), 0.6))  # a stray slice of some other build
+    result = table.build_calibration(_spec(tmp_path), out)
+    assert result["computed"] == 6
+    assert xr.open_zarr(out)["p"].values[0, 0, 0, 0] != 0.6
