@@ -15,7 +15,7 @@ import click
 
 import lookup
 from lookup.api import finite, json_ready, parse_number
-from lookup.params import HELP, click_options, parse_params
+from lookup.params import HELP, click_options, parse_params, query_arguments
 from lookup.table import TableError
 
 
@@ -48,14 +48,8 @@ def main() -> None:
 def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, delta: str,
         max_slack: str | None, **raw: Any) -> None:
     """Certified eps at (eps0, n, delta)."""
-    def run() -> dict[str, Any]:
-        slack = None if max_slack is None else parse_number("max-slack", max_slack)
-        a = lookup.eps(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
-                       delta=parse_number("delta", delta), table=table, live=not no_live, max_slack=slack,
-                       **parse_params(raw))
-        return json_ready("eps", a)
-
-    _answer(run, as_json)
+    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "max-slack": max_slack}, table, no_live, as_json,
+           raw)
 
 
 @main.command()
@@ -65,12 +59,7 @@ def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool,
 def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, eps_: str,
           **raw: Any) -> None:
     """Certified delta at (eps0, n, eps)."""
-    def run() -> dict[str, Any]:
-        a = lookup.delta(mechanism, eps0=parse_number("eps0", eps0), n=parse_number("n", n),
-                         eps=parse_number("eps", eps_), table=table, live=not no_live, **parse_params(raw))
-        return json_ready("delta", a)
-
-    _answer(run, as_json)
+    _query("delta", mechanism, {"eps0": eps0, "n": n, "eps": eps_}, table, no_live, as_json, raw)
 
 
 @main.command("eps0-max")
@@ -80,10 +69,15 @@ def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: boo
 def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps_: str, delta: str,
              **raw: Any) -> None:
     """Largest eps0 (local budget) whose certified eps at (n, delta) is <= --eps."""
+    _query("eps0_max", mechanism, {"eps": eps_, "n": n, "delta": delta}, table, no_live, as_json, raw)
+
+
+def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str | None, no_live: bool,
+           as_json: bool, raw: dict[str, Any]) -> None:
+    """Answer ``lookup.<kind>`` for text arguments and print it (the three query commands)."""
     def run() -> dict[str, Any]:
-        a = lookup.eps0_max(mechanism, eps=parse_number("eps", eps_), n=parse_number("n", n),
-                            delta=parse_number("delta", delta), table=table, live=not no_live, **parse_params(raw))
-        return json_ready("eps0_max", a)
+        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live, **query_arguments(numbers, raw))
+        return json_ready(kind, answer)
 
     _answer(run, as_json)
 

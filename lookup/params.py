@@ -42,6 +42,13 @@ def parse_params(raw: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+def query_arguments(numbers: Mapping[str, str | None], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of a lookup call: ``numbers`` parsed (None: not given; a name spelled
+    with '-' as on the command line is passed with '_'), then the mechanism parameters of ``raw``."""
+    parsed = {name.replace("-", "_"): parse_number(name, text) for name, text in numbers.items() if text is not None}
+    return {**parsed, **parse_params(raw)}
+
+
 def click_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a click command with ``--k``, ``--g``, ... (text, default None)."""
     import click

@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import lookup
-from lookup.api import finite, json_ready, parse_number
-from lookup.params import HELP, parse_params
+from lookup.api import finite, json_ready
+from lookup.params import HELP, query_arguments
 from lookup.table import Table, TableError, open_table
 
 MAX_URL = 2048
@@ -67,8 +67,7 @@ class Service:
         if missing:
             raise ValueError(f"missing parameter {missing[0]!r}")
         live = _boolean(query.get("live", "true"))
-        kwargs = {name: parse_number(name, query[name]) for name in query if name in required | optional}
-        kwargs.update(parse_params(query))
+        kwargs = query_arguments({name: query.get(name) for name in required | optional}, query)
         call = getattr(lookup, kind)
         try:  # the table alone: instant, no pool
             result = call(query["mechanism"], table=self.table, live=False, **kwargs)
