@@ -106,7 +106,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
     total = spec.curve_count
-    if _published(out, spec) and not store.staging_path(out).exists():
+    if store.up_to_date(out, header(spec)):
         log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
         return Report(0, total, 0.0)
     start = time.perf_counter()
@@ -166,11 +166,6 @@ def progress_bar(items: Iterable[Any], total: int, enabled: bool, unit: str = "c
     from tqdm import tqdm
 
     return tqdm(items, total=total, unit=unit, file=sys.stderr, smoothing=0.05)
-
-
-def _published(out: Path, spec: Spec) -> bool:
-    attrs = store.root_attributes(out)
-    return attrs.get("spec_sha256") == spec.digest() and attrs.get("engine_version") == ENGINE_VERSION
 
 
 def _history(spec: Spec, out: Path) -> str:

@@ -46,6 +46,19 @@ def staging_path(out: str | Path) -> Path:
     return out.with_name(out.name + ".staging")
 
 
+STAMP = ("spec_sha256", "engine_version")  # what makes two builds the same build
+
+
+def same_build(stamp: dict[str, Any], header: dict[str, Any]) -> bool:
+    """Whether ``stamp`` (a staging stamp or a table's attributes) is of the build ``header`` names."""
+    return all(stamp.get(key) == header[key] for key in STAMP)
+
+
+def up_to_date(out: str | Path, header: dict[str, Any]) -> bool:
+    """A table of the build ``header`` is published at ``out`` and no build of it is unfinished."""
+    return same_build(root_attributes(out), header) and not staging_path(out).exists()
+
+
 def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path], None]) -> Path:
     """The staging directory of ``out``: reopened if it was started by the same spec and engine
     (``header``'s spec_sha256 and engine_version), else created, prepared by ``setup`` and only
@@ -55,8 +68,7 @@ def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path
     spec_file = staging / "spec.json"
     if spec_file.exists():
         old = json.loads(spec_file.read_text())
-        keys = ("spec_sha256", "engine_version")
-        if any(old.get(k) != header[k] for k in keys):
+        if not same_build(old, header):
             raise StoreError(
                 f"{staging} was started by another spec or engine version "
                 f"(spec {old.get('spec_sha256', '?')[:12]}, engine {old.get('engine_version')}); "

@@ -76,8 +76,7 @@ def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = F
     spec = json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()}, sort_keys=True)
     header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": ENGINE_VERSION}
     slices = list(itertools.product(range(len(PROTOCOLS)), range(axes["eps"].size)))
-    published = store.root_attributes(out)
-    if all(published.get(k) == v for k, v in header.items()) and not store.staging_path(out).exists():
+    if store.up_to_date(out, header):
         return {"out": str(out), "cells": len(slices) * axes["n"].size * axes["delta"].size, "computed": 0,
                 "skipped": len(slices), "without_p": None}
     staging = store.claim_staging(out, header, lambda path: None)
