@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lookup.api import Answer
-from lookup.table import TableError, open_store
+from lookup.table import TableError, open_store, shipped_table
 
 ENV_TABLE = "SHUFFLE_EPS_PROTOCOL_TABLE"
 
@@ -35,7 +35,8 @@ class CalibrationTable:
 
 
 def open_calibration(path: str | Path | None = None) -> CalibrationTable:
-    path = Path(path or os.environ.get(ENV_TABLE) or Path(__file__).resolve().parents[1] / "data" / "protocols.zarr")
+    """The calibration table at ``path`` (default: ``$SHUFFLE_EPS_PROTOCOL_TABLE`` or the shipped one)."""
+    path = Path(path or os.environ.get(ENV_TABLE) or shipped_table("protocols.zarr"))
     return open_store(path, _load, "build one with `tablegen build-calibration`")
 
 

@@ -15,6 +15,7 @@ import click
 
 import lookup
 from lookup.api import finite, json_ready, parse_number
+from lookup.extras import CommandGroup
 from lookup.params import HELP, click_options, parse_params, query_arguments
 from lookup.table import TableError
 
@@ -34,7 +35,7 @@ def query_options(func: Any) -> Any:
                         "joint, parallel (off the table: computed live)")(func)
 
 
-@click.group()
+@click.group(cls=CommandGroup)
 @click.version_option(lookup.__version__)
 def main() -> None:
     """Instant certified shuffle-model privacy numbers from precomputed tables."""

@@ -85,12 +85,26 @@ def canonical_params(params: dict[str, Any]) -> str:
     return json.dumps(clean, sort_keys=True)
 
 
+def shipped_table(name: str) -> Path:
+    """The shipped table ``name`` (e.g. ``default.zarr``): the copy an installed wheel carries in
+    ``lookup/_data/``, else ``data/`` of the source checkout (an editable install)."""
+    package = Path(__file__).resolve().parent
+    installed, checkout = package / "_data" / name, package.parent / "data" / name
+    if installed.is_dir() or not (package.parent / "pyproject.toml").is_file():
+        return installed
+    return checkout
+
+
 def default_table_path() -> Path:
-    """``$SHUFFLE_EPS_TABLE`` or the shipped ``data/default.zarr``."""
+    """``$SHUFFLE_EPS_TABLE`` or the shipped ``default.zarr``."""
     env = os.environ.get(ENV_TABLE)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / "data" / "default.zarr"
+    return shipped_table("default.zarr")
+
+
+SHIPPED_HINT = ("the shipped table is missing from this installation (reinstall shuffle-eps, or run "
+                "`tablegen build` in a source checkout)")
 
 
 _OPEN: dict[tuple[str, float, str], Any] = {}
@@ -101,8 +115,8 @@ def open_table(path: str | Path | None = None) -> Table:
     hint = "build one with `tablegen build`"
     if path is None:
         path = default_table_path()
-        hint = (f"the shipped table is only in a source checkout (an editable install, `pip install -e .`); "
-                f"point ${ENV_TABLE} or --table at a table, or {hint}")
+        hint = (f"it is set by ${ENV_TABLE}: point ${ENV_TABLE} or --table at a table, or {hint}"
+                if os.environ.get(ENV_TABLE) else f"{SHIPPED_HINT}; or point ${ENV_TABLE} or --table at a table")
     if os.path.isfile(os.path.realpath(path)):
         return _open_device(os.path.realpath(path))
     return open_store(path, _load_zarr, hint)

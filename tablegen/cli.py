@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from lookup.api import parse_number as _number
+from lookup.extras import CommandGroup
 from lookup.params import click_options, parse_params
 from tablegen import __version__
 
@@ -46,7 +47,7 @@ def _fail(exc: ValueError) -> None:
     sys.exit(2)
 
 
-@click.group()
+@click.group(cls=CommandGroup)
 @click.version_option(__version__)
 def main() -> None:
     """Certified privacy amplification by shuffling: compute, build tables, verify, export."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lookup
-from lookup.table import TableError, from_arrays, open_table
+from lookup.table import TableError, from_arrays, open_table, shipped_table
 
 
 def test_coverage(table_path: Path) -> None:
@@ -109,5 +109,18 @@ def test_eps_chord_is_safe_when_the_chord_weight_is_tiny() -> None:
 
 def test_missing_default_table_says_how_to_get_one(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SHUFFLE_EPS_TABLE", str(tmp_path / "nowhere.zarr"))
-    with pytest.raises(TableError, match=r"SHUFFLE_EPS_TABLE or --table.*tablegen build"):
+    with pytest.raises(TableError, match=r"set by \$SHUFFLE_EPS_TABLE: point \$SHUFFLE_EPS_TABLE.*tablegen build"):
         open_table()
+
+
+def test_missing_shipped_table_says_reinstall(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("SHUFFLE_EPS_TABLE", raising=False)
+    monkeypatch.setattr("lookup.table.shipped_table", lambda name: tmp_path / name)
+    with pytest.raises(TableError, match=r"default.zarr: not a published table.*missing from this installation"):
+        open_table()
+
+
+def test_shipped_table_is_the_checkout_data_in_a_source_tree() -> None:
+    """No ``lookup/_data`` in a checkout: the tables are read in place from ``data/``."""
+    root = Path(lookup.__file__).resolve().parents[1]
+    assert shipped_table("default.zarr") == root / "data" / "default.zarr"

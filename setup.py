@@ -1,0 +1,30 @@
+"""Build step: the wheel carries the shipped tables.
+
+The tables live in ``data/`` at the top of the repository (where ``tablegen build`` writes
+them); a wheel or an install from source gets a copy of every published ``data/*.zarr`` as
+``lookup/_data/*.zarr``, where ``lookup.table.shipped_table`` finds it.  An editable install
+reads ``data/`` in place.  Everything else is declared in ``pyproject.toml``.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildWithTables(build_py):
+    """``build_py`` that also copies ``data/*.zarr`` into the built ``lookup/_data/``."""
+
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode:
+            return
+        target = Path(self.build_lib) / "lookup" / "_data"
+        shutil.rmtree(target, ignore_errors=True)  # a table removed from data/ leaves no stale copy
+        for store in sorted(Path("data").glob("*.zarr")):
+            if (store / "MANIFEST.sha256").is_file():  # published tables only, never a torn build
+                shutil.copytree(store, target / store.name)
+
+
+setup(cmdclass={"build_py": BuildWithTables})

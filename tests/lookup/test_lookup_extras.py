@@ -1,0 +1,31 @@
+"""A command that needs an optional dependency the installation lacks says, in one line, which
+extra to install (no traceback)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from lookup.cli import main as lookup_main
+from lookup.extras import missing_dependency
+from tablegen.cli import main as tablegen_main
+
+
+@pytest.mark.parametrize(("main", "args", "module", "extra"), [
+    (lookup_main, ["plot", "slack", "--delta", "1e-8", "--out", "x.png"], "matplotlib", "plot"),
+    (tablegen_main, ["verify", "nowhere.zarr"], "xarray", "build"),
+])
+def test_missing_extra_is_one_line(main, args, module, extra, monkeypatch, tmp_path) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert f"needs the Python package '{module}'" in lines[0] and f"pip install 'shuffle-eps[{extra}]'" in lines[0]
+
+
+def test_unknown_missing_module_is_not_blamed_on_an_extra() -> None:
+    assert missing_dependency(ModuleNotFoundError("no", name="not_a_dependency")) is None
+    assert "pip install 'shuffle-eps'" in missing_dependency(ModuleNotFoundError("no", name="scipy.special"))

@@ -1,0 +1,127 @@
+"""The published package: the sdist and the wheel built from it carry the shipped tables, and a
+plain (non-editable) install answers from them in any working directory.
+
+The wheel is built once per module with the installed setuptools (no build isolation, no
+download) from a copy of the checkout, then installed without dependencies into a fresh
+virtual environment that reuses this interpreter's packages (``--system-site-packages``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from lookup.table import open_table, read_verified
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "lookup", "tablegen", "data")
+TABLES = ("default.zarr", "protocols.zarr")
+QUERY = ["--mechanism", "krr", "--k", "10", "--eps0", "2", "--n", "1e6", "--delta", "1e-8", "--json"]
+BUILD = "import sys; from setuptools import build_meta as b; print(getattr(b, sys.argv[1])(sys.argv[2]))"
+
+
+def _setuptools_is_recent() -> bool:
+    try:
+        return int(metadata.version("setuptools").split(".")[0]) >= 77
+    except metadata.PackageNotFoundError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _setuptools_is_recent(),
+                                reason="needs setuptools>=77 (pip install -e '.[test]')")
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _build(hook: str, source: Path, out: Path) -> Path:
+    """``build_meta.<hook>`` run in ``source``, writing into ``out``: the path it built."""
+    return out / _run([sys.executable, "-c", BUILD, hook, str(out)], cwd=source).strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The sdist, and the wheel built from the unpacked sdist (as ``python -m build`` does)."""
+    root = tmp_path_factory.mktemp("dist")
+    source, out = root / "checkout", root / "dist"
+    ignore = shutil.ignore_patterns("__pycache__", "*.staging", "*.egg-info", "build", "_data")
+    source.mkdir()
+    out.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    sdist = _build("build_sdist", source, out)
+    with tarfile.open(sdist) as archive:
+        archive.extractall(root / "unpacked", filter="data")
+    return {"sdist": sdist, "wheel": _build("build_wheel", next((root / "unpacked").iterdir()), out)}
+
+
+@pytest.fixture(scope="module")
+def venv(dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with the wheel installed (dependencies from this interpreter)."""
+    env = tmp_path_factory.mktemp("venv") / "env"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], cwd=env.parent)
+    _run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+          "--force-reinstall", str(dist["wheel"])], cwd=env.parent)
+    return env
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without anything that points at the checkout or another table."""
+    drop = {"PYTHONPATH", "SHUFFLE_EPS_TABLE", "SHUFFLE_EPS_PROTOCOL_TABLE", "SHUFFLE_EPS_CACHE"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+@pytest.mark.parametrize("kind", ["sdist", "wheel"])
+def test_distributions_carry_verifiable_tables(dist: dict[str, Path], kind: str, tmp_path: Path) -> None:
+    """Every shipped table is in the archive, whole: its SHA-256 manifest matches its files and
+    it loads to the same table as the checkout's."""
+    if kind == "wheel":
+        with zipfile.ZipFile(dist["wheel"]) as archive:
+            archive.extractall(tmp_path)
+        stores = tmp_path / "lookup" / "_data"
+    else:
+        with tarfile.open(dist["sdist"]) as archive:
+            archive.extractall(tmp_path, filter="data")
+        stores = next(tmp_path.iterdir()) / "data"
+    for name in TABLES:
+        assert (stores / name / "MANIFEST.sha256").is_file(), f"{name} missing from the {kind}"
+        assert read_verified(stores / name)  # raises on any mismatch
+    shipped, checkout = open_table(stores / "default.zarr"), open_table(ROOT / "data" / "default.zarr")
+    assert shipped.labels() == checkout.labels()
+    assert (shipped.upper == checkout.upper).all()
+
+
+def test_installed_wheel_answers_from_any_directory(venv: Path, tmp_path: Path) -> None:
+    """``lookup eps`` answers from the table the wheel carries and ``tablegen compute`` computes
+    live, run from a directory outside the checkout with the installed package only."""
+    env = _clean_env()
+    located = _run([str(venv / "bin" / "python"), "-c", "import lookup, tablegen; print(lookup.__file__); "
+                    "print(tablegen.__file__); print(lookup.open_table().path)"], cwd=tmp_path, env=env)
+    assert all(Path(line).is_relative_to(venv) for line in located.split()), located
+    table = json.loads(_run([str(venv / "bin" / "lookup"), "eps", *QUERY], cwd=tmp_path, env=env))
+    live = json.loads(_run([str(venv / "bin" / "tablegen"), "compute", *QUERY], cwd=tmp_path, env=env))
+    checkout = open_table(ROOT / "data" / "default.zarr")
+    row = checkout.row("krr", {"k": 10})
+    e, j, d = (list(axis).index(v) for axis, v in ((checkout.eps0, 2.0), (checkout.n, 1e6), (checkout.delta, 1e-8)))
+    assert table["source"] == "table" and table["eps"] == checkout.upper[row, e, j, d]
+    # both are certified upper bounds with a lower bound below the other's upper bound
+    assert live["certified"] and live["eps_lower"] <= table["eps"] and table["eps_lower"] <= live["eps"]
+    assert live["eps"] == pytest.approx(table["eps"], rel=0.05)
+    calibration = json.loads(_run([str(venv / "bin" / "lookup"), "calibrate", "--mechanism", "histogram", "--eps",
+                                   "1", "--delta", "1e-6", "--n", "1e5", "--json"], cwd=tmp_path, env=env))
+    assert calibration["source"] == "table" and 0 < calibration["p"] < 1
