@@ -19,7 +19,7 @@ from lookup.params import click_options, parse_params
 from tablegen import __version__
 
 MECHANISM = click.option("--mechanism", required=True, help="generic, generic-closed-form, krr, blh, olh, rappor, "
-                         "oue, hr, laplace, finite, joint, parallel")
+                         "oue, hr, laplace, finite, joint, parallel; compute also binary-sum, histogram (with --p)")
 AFTER_PARAMS = [
     click.option("--p", "noise_p", type=str, default=None, help="binary-sum / histogram: Bernoulli noise parameter"),
     click.option("--n", "n", required=True, type=str, help="number of users (1e6 accepted)"),
@@ -63,11 +63,14 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
             no_lower: bool, noise_p: str | None, **raw: Any) -> None:
     """Certified eps for --delta (or certified delta for --eps), with the lower bound."""
     from tablegen.engine import delta_bounds, eps_bounds
+    from tablegen.mechanisms import get_mechanism
     from tablegen.protocols.accounting import PROTOCOLS
 
     if mechanism in PROTOCOLS:
         return _compute_protocol(mechanism, n, noise_p, delta, eps, as_json)
     try:
+        if mechanism != "generic-closed-form":
+            get_mechanism(mechanism)  # an unknown name first, with the closest known one
         if (delta is None) == (eps is None):
             raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
         if eps0 is None or noise_p is not None:

@@ -5,8 +5,10 @@ Every check raises ``ValueError`` naming the parameter, the allowed range and th
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
+from collections.abc import Iterable
 
 
 def positive_finite(name: str, value: float) -> float:
@@ -67,3 +69,11 @@ def _as_float(name: str, value: float) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {name}={value!r}") from None
+
+
+def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
+    """The error for an unknown ``kind`` name: the closest known name suggested, all of them listed."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ValueError(f"unknown {kind}={name!r}; {hint}known: {', '.join(known)}")

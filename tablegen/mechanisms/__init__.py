@@ -12,18 +12,25 @@ from tablegen.mechanisms.finite import FINITE
 from tablegen.mechanisms.frequency import MECHANISMS as FREQUENCY_ORACLES
 from tablegen.mechanisms.generic import GENERIC
 from tablegen.mechanisms.laplace import LAPLACE
+from tablegen.validate import unknown_name
 
 _ALL = [GENERIC, *FREQUENCY_ORACLES, LAPLACE, FINITE, JOINT, PARALLEL]
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in _ALL}
 
 
 def get_mechanism(name: str) -> Mechanism:
-    """The mechanism called ``name``; ValueError listing the known names otherwise."""
+    """The mechanism called ``name``; ValueError suggesting the closest known name otherwise
+    (the known names include the multi-message protocols, which have their own accounting)."""
+    from tablegen.protocols.accounting import PROTOCOLS
+
     try:
         return MECHANISMS[name]
     except (KeyError, TypeError):
-        known = ", ".join(sorted(MECHANISMS) + ["generic-closed-form"])
-        raise ValueError(f"unknown mechanism={name!r}; known mechanisms: {known}") from None
+        if name in PROTOCOLS:
+            raise ValueError(f"mechanism={name!r} is a multi-message protocol with noise parameter p, not an "
+                             f"eps0-LDP randomizer: use `tablegen compute --mechanism {name} --p P` or "
+                             f"`tablegen calibrate` / `lookup calibrate`") from None
+        raise unknown_name("mechanism", name, [*MECHANISMS, "generic-closed-form", *PROTOCOLS]) from None
 
 
 __all__ = ["MECHANISMS", "Mechanism", "Param", "get_mechanism"]

@@ -86,7 +86,7 @@ def delta_bounds(protocol: str, *, eps: float, n: int, p: float) -> tuple[float,
 
 def check(protocol: str, eps: float, n: float, p: float) -> tuple[str, float, int, float]:
     if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol mechanism={protocol!r}; known: {', '.join(PROTOCOLS)}")
+        raise validate.unknown_name("protocol mechanism", protocol, PROTOCOLS)
     eps = validate.nonnegative_finite("eps", eps)
     n = validate.integer_at_least("n", n, 1)
     if not (isinstance(p, (int, float)) and 0 < p < 1):

@@ -88,3 +88,14 @@ def test_build_calibration_reports_and_is_idempotent(tmp_path):
     assert again.exit_code == 0 and "up to date" in again.output
     bad = run("build-calibration", "--spec", str(tmp_path / "missing.toml"), "--out", out)
     assert bad.exit_code == 2 and "cannot read spec" in bad.output
+
+
+def test_unknown_mechanism_suggests_the_closest_and_lists_protocols():
+    out = run("compute", "--mechanism", "histogramm", "--p", "0.97", "--n", "1e5", "--delta", "1e-8")
+    assert out.exit_code == 2
+    assert "unknown mechanism='histogramm'; did you mean 'histogram'?" in out.output
+    assert "binary-sum" in out.output and "generic-closed-form" in out.output
+    out = run("compute", "--mechanism", "krrr", "--k", "10", "--eps0", "2", "--n", "1e5", "--delta", "1e-8")
+    assert out.exit_code == 2 and "did you mean 'krr'?" in out.output
+    out = run("eps0-max", "--mechanism", "histogram", "--eps", "1", "--n", "1e5", "--delta", "1e-8")
+    assert out.exit_code == 2 and "multi-message protocol" in out.output and "--p" in out.output
