@@ -27,8 +27,9 @@ from lookup.table import Table, TableError, open_table
 @dataclass(frozen=True)
 class Answer:
     """A certified value with its lower bound (NaN unknown), where it came from, the grid
-    corner used (NaN for live answers), and the estimated relative slack of a table answer
-    over the live certified value (NaN where unknown, e.g. from the grid edge)."""
+    corner used (grid values only: eps0 rounded up, n down, the chord's grid deltas ``delta``
+    <= ``delta_upper``; NaN for live answers), and the estimated relative slack of a table
+    answer over the live certified value (NaN where unknown, e.g. from the grid edge)."""
 
     value: Any
     lower: Any
@@ -50,12 +51,12 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, delta=delta)
     value, lower, slack = q.nan(), q.nan(), q.nan()
     outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
-    grid = {"eps0": q.nan(), "n": q.nan(), "delta": q.nan()}
+    c = None
     if q.row is not None:
         c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
         value, lower, slack, outside, edge = rules.eps_at(q.table, q.row, c, q.args["eps0"], q.args["delta"])
-        grid = q.grid(c, outside, delta=True)
     todo = outside | (slack > max_slack if max_slack is not None else False)
+    grid = q.grid(c, todo, delta=True)
     if todo.any():
         q.require_live(live, todo, max_slack)
         for i in np.flatnonzero(todo):
@@ -69,11 +70,11 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
     value, lower = q.nan(), q.nan()
     outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
-    grid = {"eps0": q.nan(), "n": q.nan()}
+    c = None
     if q.row is not None:
         c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
         value, lower, outside, edge = rules.delta_at(q.table, q.row, c, q.args["eps0"], q.args["eps"])
-        grid = q.grid(c, outside)
+    grid = q.grid(c, outside)
     if outside.any():
         q.require_live(live, outside, None)
         for i in np.flatnonzero(outside):
@@ -117,7 +118,7 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     if cell.eps0_down >= 0 and cell.n_up <= top_n and delta <= deltas[-1]:
         lower = min(float(table.lower[row, cell.eps0_down, cell.n_up, cell.hi]), value)
     grid = {"eps0": table.axis_lists[0][cell.eps0_up], "n": table.axis_lists[1][cell.n_down],
-            "delta": min(delta, deltas[-1])}
+            "delta": deltas[cell.lo], "delta_upper": deltas[cell.hi]}
     return Answer(value, lower, "table", grid, slack, cell.edge)
 
 
@@ -156,11 +157,16 @@ class _Queries:
     def point(self, i: int) -> dict[str, float]:
         return {k: float(v[i]) for k, v in self.args.items()}
 
-    def grid(self, c: rules.Corner, outside: np.ndarray, delta: bool = False) -> dict[str, np.ndarray]:
+    def grid(self, c: rules.Corner | None, live: np.ndarray, delta: bool = False) -> dict[str, np.ndarray]:
+        """The grid values a table answer was read at (NaN for live answers): eps0 rounded up, n
+        down, and for eps the grid deltas of the chord (``delta`` = ``delta_upper`` on a grid delta)."""
+        if c is None:  # no row: every answer is live
+            c, live = rules.corner(self.table, self.args["eps0"], self.args["n"]), np.ones(self.size, bool)
         out = {"eps0": self.table.eps0[c.eps0_up], "n": self.table.n[c.n_down]}
         if delta:
-            out["delta"] = np.clip(self.args["delta"], None, self.table.delta[-1])
-        return {k: np.where(outside, np.nan, v) for k, v in out.items()}
+            lo, hi = rules.delta_bracket(self.table.delta, self.args["delta"])
+            out.update(delta=self.table.delta[lo], delta_upper=self.table.delta[hi])
+        return {k: np.where(live, np.nan, v) for k, v in out.items()}
 
     def require_live(self, allowed: bool, todo: np.ndarray, max_slack: float | None) -> None:
         if allowed and live_engine.available():

@@ -65,6 +65,13 @@ def corner(table: Table, eps0: np.ndarray, n: np.ndarray, row: int | None = None
     )
 
 
+def delta_bracket(grid: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (lo, hi) of the grid deltas of each query's chord: hi the first grid delta >= the
+    query (the largest above the grid), lo = hi on a grid delta or above the grid, else hi - 1."""
+    hi = np.minimum(np.searchsorted(grid, delta, side="left"), grid.size - 1)
+    return np.where(grid[hi] > delta, np.maximum(hi - 1, 0), hi), hi
+
+
 def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_large: np.ndarray,
               delta: np.ndarray) -> np.ndarray:
     """eps on the chord in (e^eps, delta) through (e^u_small, d_small), (e^u_large, d_large)
@@ -78,11 +85,9 @@ def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_l
 def eps_at(table: Table, row: int, c: Corner, eps0: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:
     """(certified eps, lower bound, slack estimate, outside, edge) for eps0/n/delta queries."""
     grid = table.delta
-    hi = np.searchsorted(grid, delta, side="left")  # first grid delta >= query
     outside = c.outside | (delta < grid[0])
     edge = c.edge | (delta > grid[-1])
-    hi = np.minimum(hi, grid.size - 1)
-    lo = np.maximum(hi - 1, 0)
+    lo, hi = delta_bracket(grid, delta)
     d_hi = np.minimum(delta, grid[hi])  # above the grid: the largest delta's value
 
     def chord(e_index: np.ndarray, n_index: np.ndarray) -> np.ndarray:

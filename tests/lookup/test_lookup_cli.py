@@ -23,7 +23,8 @@ def test_eps_delta_eps0_max_info(table_path: Path) -> None:
     answer = json.loads(out)
     assert {"eps", "eps_lower", "certified", "source", "corner", "slack"} <= set(answer)
     assert answer["source"] == "table" and answer["certified"] is True
-    assert answer["corner"] == {"eps0": 2.0, "n": 40.0, "delta": 1e-6}
+    # 1e-6 is between the grid deltas 1e-7 and 1e-5: the chord between them
+    assert answer["corner"] == {"eps0": 2.0, "n": 40.0, "delta": 1e-7, "delta_upper": 1e-5}
     code, out, _ = run("delta", "--mechanism", "generic", "--eps0", "1", "--n", "80", "--eps", "0.9", "--table", t,
                        "--json")
     assert code == 0 and 0 <= json.loads(out)["delta"] < 1
@@ -64,3 +65,4 @@ def test_composed_mechanisms_are_answered_live(table_path: Path) -> None:
     code, _, err = run("eps", "--mechanism", "finite", "--matrix", "[" * 5000, "--eps0", "1", "--n", "50",
                        "--delta", "1e-6", "--table", str(table_path))
     assert code == 2 and "matrix must be a JSON list" in err
+

@@ -104,3 +104,16 @@ def test_off_grid_goes_live_or_explains_coverage(table_path: Path) -> None:
 def test_bad_input_names_the_parameter(table_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         lookup.eps("krr", table=table_path, k=3, **kwargs)
+
+
+def test_corner_is_grid_values_and_only_on_table_answers(table_path: Path) -> None:
+    t = lookup.open_table(table_path)
+    for eps0 in (1.5, [1.5, 3.0]):  # the scalar and the array path
+        a = lookup.eps("krr", eps0=eps0, n=50, delta=1e-6, k=3, table=t)
+        assert np.all(a.source == "table")
+        assert np.all(a.corner["delta"] == 1e-7) and np.all(a.corner["delta_upper"] == 1e-5)
+        assert set(np.ravel(a.corner["eps0"])) <= set(t.eps0) and np.all(a.corner["n"] == 40)
+    on_grid = lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, k=3, table=t)
+    assert on_grid.corner == {"eps0": 2.0, "n": 40.0, "delta": 1e-5, "delta_upper": 1e-5}
+    forced = lookup.eps("krr", eps0=[1.5, 3.0], n=50, delta=1e-6, k=3, table=t, max_slack=-1.0)
+    assert np.all(forced.source == "live") and all(np.isnan(v).all() for v in forced.corner.values())
