@@ -7,7 +7,6 @@ covers.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -16,6 +15,7 @@ import click
 import lookup
 from lookup.api import finite, json_ready, parse_number
 from lookup.extras import CommandGroup
+from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
 from lookup.table import TableError
 
@@ -207,12 +207,7 @@ def _answer(run: Any, as_json: bool) -> None:
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    result = finite(result)
-    if as_json:
-        click.echo(json.dumps(result))
-    else:
-        for key, value in result.items():
-            click.echo(f"{key}: {value}")
+    emit(finite(result), as_json)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,7 @@ import click
 
 from lookup.api import parse_number as _number
 from lookup.extras import CommandGroup
+from lookup.output import emit
 from lookup.params import click_options, parse_params
 from tablegen import __version__
 
@@ -32,14 +33,6 @@ def mechanism_options(func: Any) -> Any:
     for option in reversed(AFTER_PARAMS):
         func = option(func)
     return MECHANISM(click_options(func))
-
-
-def _emit(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result))
-    else:
-        for key, value in result.items():
-            click.echo(f"{key}: {value}")
 
 
 def _fail(exc: ValueError) -> None:
@@ -88,7 +81,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
     except ValueError as exc:
         _fail(exc)
     result.update(mechanism=mechanism, eps0=e0, n=int(users), **_plain(params))
-    _emit(result, as_json)
+    emit(result, as_json)
 
 
 def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | None, eps: str | None,
@@ -110,7 +103,7 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
             result = {"delta": upper, "delta_lower": lower, "certified": True}
     except ValueError as exc:
         _fail(exc)
-    _emit({**result, "mechanism": mechanism, "n": int(users), "p": p}, as_json)
+    emit({**result, "mechanism": mechanism, "n": int(users), "p": p}, as_json)
 
 
 @main.command()
@@ -129,7 +122,7 @@ def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> No
     except ValueError as exc:
         _fail(exc)
     paper = accounting.paper_p(mechanism, eps=e, delta=d, n=int(users))
-    _emit({"p": p, "certified": True, "paper_p": paper, "noise_reduction": (1 - paper) / (1 - p),
+    emit({"p": p, "certified": True, "paper_p": paper, "noise_reduction": (1 - paper) / (1 - p),
            "mechanism": mechanism, "eps": e, "delta": d, "n": int(users)}, as_json)
 
 
@@ -174,7 +167,7 @@ def simulate(mechanism: str, n: str, domain: int, eps: str | None, delta: str | 
         x = (rng.random(users) < 0.3).astype(np.int64)
         messages = protocol.shuffle(protocol.binary_randomizer(x, p, rng), rng)
         error = abs(protocol.binary_analyzer(messages, users, p) - x.mean())
-    _emit({"mechanism": mechanism, "n": users, "d": domain, "p": p, "messages": int(messages.size),
+    emit({"mechanism": mechanism, "n": users, "d": domain, "p": p, "messages": int(messages.size),
            "max_abs_error": float(error), "paper_bound_beta_0.05": float(protocol.paper_error_bound(users, p, 0.05))},
           as_json)
 
@@ -212,7 +205,7 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
                          **parse_params(raw))
     except ValueError as exc:
         _fail(exc)
-    _emit({"eps0": value, "certified": True, "mechanism": mechanism, "eps": float(eps), "n": int(float(n)),
+    emit({"eps0": value, "certified": True, "mechanism": mechanism, "eps": float(eps), "n": int(float(n)),
            "delta": float(delta)}, as_json)
 
 

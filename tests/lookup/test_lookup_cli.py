@@ -66,3 +66,23 @@ def test_composed_mechanisms_are_answered_live(table_path: Path) -> None:
                        "--delta", "1e-6", "--table", str(table_path))
     assert code == 2 and "matrix must be a JSON list" in err
 
+
+
+def test_text_output_is_in_words(table_path: Path) -> None:
+    """No Python reprs (None, dicts, True); slack as a factor and percentage; info labelled."""
+    t = str(table_path)
+    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
+                       "--table", t)
+    answer = json.loads(run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
+                            "--table", t, "--json")[1])
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert code == 0 and not any(word in out for word in ("None", "{", "True", "nan"))
+    assert float(lines["eps"]) == answer["eps"]  # certified numbers printed in full
+    assert lines["corner"] == "grid point eps0 2, n 40, delta on the chord between 1e-07 and 1e-05"
+    assert lines["slack"].startswith(f"the table answer may be up to {1 + answer['slack']:.3g}x the live")
+    assert f"(+{100 * answer['slack']:.3g}%" in lines["slack"]
+    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
+                       "--table", t, "--max-slack", "0")
+    assert "source: live" in out and "corner: none (computed live)" in out and "slack: none (computed live" in out
+    code, out, _ = run("info", "--table", t)
+    assert code == 0 and "eps0: 0.5 to 4 (4 grid values)" in out and "mechanisms: krr k=3, generic" in out
