@@ -4,16 +4,16 @@ Run as ``python bench/paper_figures.py [--points P] [--out docs/figures] [--only
 [--rows 10-RR ...] [--n-range N_MIN N_MAX]``;
 writes one PNG per figure and prints the command's Markdown summary (docs/paper-figures.md).
 
-* clones-2a / clones-2b (hiding-among-the-clones.txt Figure 2a, 2b): generic eps0-LDP randomizer,
+* clones-2a / clones-2b (Feldman-McMillan-Talwar (arXiv:2012.12803) Figure 2a, 2b): generic eps0-LDP randomizer,
   eps0 = 0.1 and 6, delta = 1e-6, n from 1e5 to 1e7: our certified generic bound ("Clones"
   numerical analysis, Theorem 3.2, certified), the closed form of Theorem 3.1 ("Clones,
   Theoretical") and the binary-RR lower bound ("2RR, lower bound").
 * clones-2c: the same against eps0 from 0.01 to 8 at n = 1e6.
-* fft-2-3 (general-clone-fft.txt Figures 2-3): 10-RR, BLH, RAPPOR, OUE and Laplace at low
+* fft-2-3 (Su-Cheng-Wang (arXiv:2504.07414) Figures 2-3): 10-RR, BLH, RAPPOR, OUE and Laplace at low
   (0.1) and large (4.0) eps0, delta = 1e-6, certified upper and lower bounds against n for the
   single randomizer and its 2- and 4-joint compositions (k attributes, eps0 / k each; the
   total is eps0-LDP), with the generic eps0 bound for comparison.
-* parallel (general-clone-fft.txt Appendix E, Figures 5-6): 10-RR and BLH, and their parallel
+* parallel (Su-Cheng-Wang (arXiv:2504.07414) Appendix E, Figures 5-6): 10-RR and BLH, and their parallel
   composition (each user picks one with probability 1/2, full eps0), at eps0 = 0.1 and 4.0; the
   paper: "the amplification curve of the parallel composition lies between those of all
   individual components".

@@ -201,12 +201,12 @@ def render(
     w("## What the two bounds are\n")
     w(
         "* **upper**: the certified eps of the optimal blanket decomposition of the mechanism (the "
-        "standard clone for `generic`), general-clone-fft.txt Theorem 4, evaluated with pessimistic "
+        "standard clone for `generic`), Su-Cheng-Wang (arXiv:2504.07414) Theorem 4, evaluated with pessimistic "
         "numerics (randomized rounding, FFT, error terms added) and capped at eps0."
     )
     w(
         "* **lower**: the exact divergence of a *concrete* neighbouring pair X0 = (x0, x2, ..., x2), "
-        "X1 = (x1, x2, ..., x2) (general-clone-fft.txt Theorem 5), evaluated with optimistic numerics "
+        "X1 = (x1, x2, ..., x2) (Su-Cheng-Wang (arXiv:2504.07414) Theorem 5), evaluated with optimistic numerics "
         "(error terms subtracted); the largest over the pairs each mechanism lists."
     )
     w(

@@ -1,6 +1,6 @@
 """Open a published table once: check its manifest, load it into numpy, make it monotone.
 
-Loading makes the certified surface monotone the safe way (DESIGN.md section 3: the exact eps
+Loading makes the certified surface monotone the safe way (docs/lookup.md: the exact eps
 is non-decreasing in eps0, non-increasing in n and in delta), so every later rule is a plain
 gather:
 

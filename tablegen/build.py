@@ -31,8 +31,8 @@ from tablegen.spec import Spec
 
 IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
 REFERENCES = (
-    "Su, Cheng, Wang: general-clone-fft.txt (Theorems 4-5, Table 1); Feldman, McMillan, Talwar: "
-    "hiding-among-the-clones.txt (Theorems 3.1, 3.8); shuffle-eps docs/engine.md"
+    "Su, Cheng, Wang, arXiv:2504.07414 (Theorems 4-5, Table 1); Feldman, McMillan, Talwar: "
+    "Feldman-McMillan-Talwar (arXiv:2012.12803) (Theorems 3.1, 3.8); shuffle-eps docs/engine.md"
 )
 
 

@@ -86,7 +86,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
 
 def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | None, eps: str | None,
                       as_json: bool) -> None:
-    """binary-sum / histogram (shuffled-histograms.txt section 3) with noise parameter --p."""
+    """binary-sum / histogram (Balcer-Cheu, arXiv:1911.06879, section 3) with noise parameter --p."""
     from tablegen.protocols import accounting
 
     try:

@@ -3,7 +3,7 @@
 ``upper(eps0, **params)`` returns the decompositions whose bounds certify the mechanism
 (the answer is the largest over the list, e.g. over input pairs of a finite randomizer);
 ``lower(eps0, **params)`` returns decompositions of concrete neighbouring pairs
-(general-clone-fft.txt Theorem 5), each an exact divergence, so the largest is a lower bound.
+(Su-Cheng-Wang (arXiv:2504.07414) Theorem 5), each an exact divergence, so the largest is a lower bound.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Mechanism:
 
     def eps0_monotone(self, params: dict[str, Any]) -> bool:
         """Whether rows with these parameters are one randomizer family in eps0 (a smaller eps0
-        is a post-processing of a larger one, DESIGN.md section 3); False when a parameter's
+        is a post-processing of a larger one, docs/lookup.md); False when a parameter's
         default depends on eps0 (OLH's g), so neighbouring eps0 are different randomizers.
         Compositions decide through ``monotone_in_eps0`` (from their bases)."""
         if self.monotone_in_eps0 is not None:

@@ -1,4 +1,4 @@
-"""Compositions of randomizers (general-clone-fft.txt sections 6 and 7).
+"""Compositions of randomizers (Su-Cheng-Wang (arXiv:2504.07414) sections 6 and 7).
 
 * ``joint``: each user applies ``parts`` randomizers of the ``base`` mechanism to ``parts``
   attributes, each with eps0 / parts (total eps0-LDP); the decomposition is the Cartesian
@@ -17,7 +17,7 @@ from tablegen.decomposition import Decomposition, joint, parallel
 from tablegen.mechanisms.base import Mechanism, Param
 from tablegen.mechanisms.frequency import categories
 
-PAPER = "Su, Cheng, Wang, general-clone-fft.txt, sections 6 and 7"
+PAPER = "Su, Cheng, Wang, arXiv:2504.07414, sections 6 and 7"
 
 
 def _base_name(name: str, value: object) -> str:

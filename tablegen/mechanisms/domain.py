@@ -1,9 +1,9 @@
 """Finite-domain versions of the frequency oracles: the exact randomizer matrix for a domain of
-``domain`` values, bounded by the ``finite`` machinery (general-clone-fft.txt Theorems 4 and 5).
+``domain`` values, bounded by the ``finite`` machinery (Su-Cheng-Wang (arXiv:2504.07414) Theorems 4 and 5).
 
 Table 1 is valid for every domain size; for small domains the blanket of the actual matrix is
 larger (constant hash functions, the all-ones unary report, Hadamard columns), so the optimal
-decomposition of the matrix is tighter (DESIGN.md section 1).  Output spaces grow like 2^d or
+decomposition of the matrix is tighter (docs/engine.md).  Output spaces grow like 2^d or
 g^d, so the domain is capped by ``MAX_OUTPUTS``.
 """
 

@@ -32,7 +32,7 @@ from tablegen.build import progress_bar
 from tablegen.protocols.accounting import PROTOCOLS, calibrate
 from tablegen.spec import SpecError, parse_axis
 
-REFERENCE = "Balcer, Cheu: shuffled-histograms.txt section 3; shuffle-eps docs/protocols.md"
+REFERENCE = "Balcer, Cheu, arXiv:1911.06879 section 3; shuffle-eps docs/protocols.md"
 
 
 def load_axes(path: str | Path) -> dict[str, np.ndarray]:
