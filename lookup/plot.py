@@ -43,7 +43,8 @@ def _finish(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, out: str | 
     if legend:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    # title and axis labels also as metadata: tests compare them with the committed docs figures
+    fig.savefig(out, dpi=120, metadata={"Title": title, "Description": f"x: {xlabel}; y: {ylabel}"})
     return fig
 
 
