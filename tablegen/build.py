@@ -235,29 +235,47 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
 
 def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: int = 0,
             log: Callable[[str], None] = print) -> dict[str, float]:
-    """Cells, curves still to compute, estimated core-hours (timed on ``sample`` random curves)
-    and store size; nothing is written."""
+    """Cells, curves still to compute, estimated core-hours (timed on ``sample`` curves spread
+    over the rows, eps0 and n; see ``sample_curves``) with a two-standard-error range, and store
+    size; nothing is written."""
     total = spec.curve_count
     done = store.finished(store.staging_path(out)) if out else set()
     todo = total - len(done)
-    picked = [spec.curve(i) for i in random.Random(seed).sample(range(total), min(sample, total))]
-    seconds = [_time_curve(task(spec, Path("/nonexistent"), cell)) for cell in picked]
+    seconds = [_time_curve(task(spec, Path("/nonexistent"), cell)) for cell in sample_curves(spec, sample, seed)]
     per_curve = float(np.mean(seconds)) if seconds else 0.0
+    error = float(np.std(seconds, ddof=1) / math.sqrt(len(seconds))) if len(seconds) > 1 else per_curve
     core_hours = per_curve * todo / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {
         "cells": math.prod(spec.shape), "curves": total, "curves_to_compute": todo,
         "sampled_curves": len(seconds), "seconds_per_curve": per_curve, "core_hours": core_hours,
+        "core_hours_low": max(per_curve - 2 * error, min(seconds, default=0.0)) * todo / 3600,
+        "core_hours_high": (per_curve + 2 * error) * todo / 3600,
+        "seconds_min": min(seconds, default=0.0), "seconds_max": max(seconds, default=0.0),
         "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
     }
     log(f"{spec.source}: {figures['cells']} cells in {total} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
         f"{todo} to compute")
-    log(f"measured {per_curve:.2f} s per curve on {len(seconds)} random curves -> "
-        f"{core_hours:.2f} core-hours, {figures['wall_hours']:.2f} h on {cores} cores")
+    log(f"measured {per_curve:.2f} s per curve on {len(seconds)} curves ({figures['seconds_min']:.2f} to "
+        f"{figures['seconds_max']:.2f} s) -> {core_hours:.2f} core-hours (two standard errors: "
+        f"{figures['core_hours_low']:.2f} to {figures['core_hours_high']:.2f}; a larger --sample narrows it), "
+        f"{figures['wall_hours']:.2f} h on {cores} cores")
     log(f"store size: {raw_bytes / 1e6:.1f} MB of float64 before compression (zstd, NaN lower bounds "
         "compress to almost nothing)")
     return figures
+
+
+def sample_curves(spec: Spec, sample: int, seed: int = 0) -> list[tuple[int, int, int]]:
+    """``sample`` (row, eps0, n) cells of a Latin hypercube over the three index axes: each axis
+    cut into ``sample`` equal strata, each stratum used once.  The cost of a curve grows steeply
+    with n and eps0 (seconds to minutes), so a uniform sample of a few curves misses or
+    over-weights the expensive corner; this one spreads them evenly and stays unbiased."""
+    rng = random.Random(seed)
+    sizes = spec.shape[:3]
+    order = [rng.sample(range(sample), sample) for _ in sizes]
+    return [tuple(int((order[a][i] + rng.random()) * size / sample) for a, size in enumerate(sizes))
+            for i in range(sample)]
 
 
 def _time_curve(task: Task) -> float:

@@ -18,7 +18,7 @@ import xarray as xr
 from distributed import Client
 
 from tablegen import store
-from tablegen.build import build
+from tablegen.build import build, dry_run, sample_curves
 from tablegen.engine.curve import eps_curve
 from tablegen.spec import load_spec
 from tablegen.verify import verify
@@ -214,3 +214,17 @@ def test_a_marker_without_values_is_recomputed_not_published(spec_path: Path, tm
     # the markers of that (row, eps0) were dropped: its 3 curves are recomputed, nothing else
     assert build(spec, out, workers=0, progress=False, log=quiet).computed == 3
     assert np.isfinite(values(out)[0]).all()
+
+
+def test_dry_run_sample_covers_every_stratum_and_reports_a_range() -> None:
+    root = Path(__file__).parents[2] / "workflows"
+    full = load_spec(root / "full.toml")
+    cells = sample_curves(full, 8, seed=3)
+    for axis, size in enumerate(full.shape[:3]):  # a Latin hypercube: each eighth of each axis once
+        ranked = sorted(c[axis] for c in cells)
+        assert all(o * size // 8 <= ranked[o] <= (o + 1) * size // 8 for o in range(8)), (axis, ranked)
+    assert cells == sample_curves(full, 8, seed=3)
+    figures = dry_run(load_spec(root / "smoke.toml"), None, sample=3, cores=2, log=lambda _: None)
+    assert figures["sampled_curves"] == 3 and figures["curves_to_compute"] == figures["curves"] == 12
+    assert figures["core_hours_low"] <= figures["core_hours"] <= figures["core_hours_high"]
+    assert 0 < figures["seconds_min"] <= figures["seconds_per_curve"] <= figures["seconds_max"]
