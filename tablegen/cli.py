@@ -184,7 +184,7 @@ def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any
     users = validate.integer_at_least("n", n, 1)
     d = validate.open_unit("delta", _number("delta", delta))
     return {"eps": closed_form_eps(e0, users, d), "eps_lower": None, "certified": True,
-            "analysis": "hiding-among-the-clones Theorem 3.1 closed form (reference)"}
+            "analysis": "Feldman-McMillan-Talwar (arXiv:2012.12803) Theorem 3.1 closed form (reference)"}
 
 
 def _plain(params: dict[str, Any]) -> dict[str, Any]:
