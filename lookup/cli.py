@@ -88,7 +88,7 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
 @click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
-@click.option("--table", default=None, help="calibration table (default: data/protocols.zarr)")
+@click.option("--table", default=None, help="calibration table (default: the shipped one)")
 @click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, no_live: bool, as_json: bool) -> None:

@@ -289,7 +289,7 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 @click.option("--mechanism", required=True, help="mechanism family to export, e.g. krr")
 @click.option("--k", type=str, default=None, help="only the row with this k (default: every row of the family)")
 @click.option("--g", type=str, default=None, help="only the row with this g")
-@click.option("--table", default=None, help="source table (default: the shipped data/default.zarr)")
+@click.option("--table", default=None, help="source table (default: the shipped one)")
 @click.option("--out", required=True, help="device file to write")
 def export(device: bool, mechanism: str, k: str | None, g: str | None, table: str | None, out: str) -> None:
     """Export one mechanism family of a table as a device file (float32, rounded up)."""
