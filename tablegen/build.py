@@ -109,6 +109,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     if store.up_to_date(out, header(spec)):
         log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
         return Report(0, total, 0.0)
+    _import_build_extra(distributed=scheduler is not None or workers != 0, progress=progress)
     start = time.perf_counter()
     staging = store.open_staging(out, header(spec), spec.shape)
     done = store.finished(staging)
@@ -231,6 +232,15 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
         },
     )
     return ds
+
+
+def _import_build_extra(distributed: bool, progress: bool) -> None:
+    """Import the modules of the ``[build]`` extra this build uses before it writes anything, so
+    a missing one stops it at once (the CLI names the extra to install)."""
+    import importlib
+
+    for name in ("xarray", *(["distributed"] if distributed else []), *(["tqdm"] if progress else [])):
+        importlib.import_module(name)
 
 
 def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: int = 0,
