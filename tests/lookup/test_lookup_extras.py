@@ -4,6 +4,7 @@ extra to install (no traceback)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,10 +13,14 @@ from lookup.cli import main as lookup_main
 from lookup.extras import missing_dependency
 from tablegen.cli import main as tablegen_main
 
+SMOKE = Path(__file__).resolve().parents[2] / "workflows" / "smoke.toml"
+
 
 @pytest.mark.parametrize(("main", "args", "module", "extra"), [
     (lookup_main, ["plot", "slack", "--delta", "1e-8", "--out", "x.png"], "matplotlib", "plot"),
     (tablegen_main, ["verify", "nowhere.zarr"], "xarray", "build"),
+    (tablegen_main, ["build", "--spec", str(SMOKE), "--out", "t.zarr", "--workers", "0"], "xarray", "build"),
+    (tablegen_main, ["build", "--spec", str(SMOKE), "--out", "t.zarr", "--no-progress"], "distributed", "build"),
 ])
 def test_missing_extra_is_one_line(main, args, module, extra, monkeypatch, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
@@ -24,6 +29,7 @@ def test_missing_extra_is_one_line(main, args, module, extra, monkeypatch, tmp_p
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert f"needs the Python package '{module}'" in lines[0] and f"pip install 'shuffle-eps[{extra}]'" in lines[0]
+    assert not any(tmp_path.iterdir())  # stopped before writing anything
 
 
 def test_unknown_missing_module_is_not_blamed_on_an_extra() -> None:
