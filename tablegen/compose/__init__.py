@@ -132,3 +132,13 @@ def eps_from_points(eps_points: np.ndarray, upper: np.ndarray, *, rounds: int, d
     composite = pld.self_composed(pld.connect_dots(hull), rounds)
     return Composition(pld.eps_for_delta(composite, delta), delta, rounds,
                        {"fp_delta_bound": pld.delta_slack(composite)})
+
+
+def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, **params: Any) -> pld.Composite:
+    """The certified PLD of one round (to be self-composed any number of times)."""
+    return compose_rounds([Round(mechanism, eps0, n, params)], points)[1]
+
+
+from tablegen.compose.budget import eps0_max, rounds_max  # noqa: E402  (budget uses the names above)
+
+__all__ = ["Composition", "Round", "eps", "eps0_max", "eps_from_points", "eps_sequence", "one_round", "rounds_max"]
