@@ -42,8 +42,12 @@ def curves(setting: str, rounds: list[int], delta: float) -> dict[str, list[floa
 def plot(results: dict[str, dict[str, list[float]]], rounds: list[int], delta: float, out: str) -> None:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.8), squeeze=False)
-    for ax, (setting, lines) in zip(axes[0], results.items(), strict=True):
+    columns = min(2, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
+    for ax, (setting, lines) in zip(axes.flat, results.items(), strict=False):
         for (label, values), style in zip(lines.items(), ("-o", "--", ":"), strict=True):
             ax.loglog(rounds, values, style, label=label, markersize=3)
         ax.set_title(setting, fontsize=9)
