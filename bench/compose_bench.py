@@ -102,11 +102,11 @@ def tightness() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-tightness", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="fresh processes per whole-process timing")
+    parser.add_argument("--no-tightness", action="store_true", help="skip section 3")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    print(f"## Composition benchmark (commit {commit.strip()})\n")
+    head = subprocess.run(["git", "log", "-1", "--format=%h %cs"], capture_output=True, text=True, cwd=ROOT)
+    print(f"## Composition benchmark (commit {head.stdout.strip()})\n")
     times, out = whole_process(SINGLE, args.repeat)
     print(f"- `tablegen {' '.join(SINGLE)}`: eps = {out['eps']:.6g}; whole process best {min(times):.2f} s, "
           f"median {statistics.median(times):.2f} s (target <= 2 s)")

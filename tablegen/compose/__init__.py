@@ -53,12 +53,13 @@ class Round:
 
 @dataclass(frozen=True)
 class Composition:
-    """Certified composed eps at delta, the number of rounds, and how it was computed."""
+    """Certified composed eps at delta for that many rounds, and the floating-point bound on delta
+    that was set aside before reading eps (pld.delta_slack)."""
 
     eps: float
     delta: float
     rounds: int
-    detail: dict[str, Any] = field(default_factory=dict)
+    fp_delta_bound: float
 
 
 def checked_rounds(rounds: Any) -> int:
@@ -79,7 +80,7 @@ def eps_sequence(rounds: Sequence[Round], *, delta: float, points: int = POINTS)
     if not math.isfinite(value):
         raise ValueError(f"delta={delta!r} is too small to certify for {total} rounds: the composed "
                          f"infinity mass and floating-point bound are {pld.delta_slack(composite):.3g}")
-    return Composition(value, delta, total, {"fp_delta_bound": pld.delta_slack(composite)})
+    return Composition(value, delta, total, pld.delta_slack(composite))
 
 
 def compose_rounds(rounds: Sequence[Round], points: int = POINTS) -> tuple[int, pld.Composite]:
@@ -130,8 +131,7 @@ def eps_from_points(eps_points: np.ndarray, upper: np.ndarray, *, rounds: int, d
     index = np.ceil(np.asarray(eps_points, dtype=float) / discretization * (1 + 1e-12)).astype(np.int64)
     hull = coarsest([envelope(index, upper, discretization)])[0]
     composite = pld.self_composed(pld.connect_dots(hull), rounds)
-    return Composition(pld.eps_for_delta(composite, delta), delta, rounds,
-                       {"fp_delta_bound": pld.delta_slack(composite)})
+    return Composition(pld.eps_for_delta(composite, delta), delta, rounds, pld.delta_slack(composite))
 
 
 def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, **params: Any) -> pld.Composite:
