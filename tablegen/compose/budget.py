@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablegen import validate
-from tablegen.compose import MAX_ROUNDS, POINTS, checked_rounds, one_round, pld
+from tablegen.compose import pld
+from tablegen.compose.core import MAX_ROUNDS, checked_rounds, one_round
+from tablegen.compose.profile import POINTS
 
 EPS0_CAP = 30.0  # eps0_max searches eps0 in [EPS0_FLOOR, EPS0_CAP], as tablegen.engine.eps0_max
 EPS0_FLOOR = 1e-6
