@@ -12,9 +12,10 @@ and ``compose`` (FFT convolution) move truncated tail mass pessimistically (into
 mass); ``get_epsilon_for_delta`` is exact for the discrete PLD.
 
 Floating point: the FFT convolutions are not exact.  An a-priori bound in the standard model
-(as in docs/engine.md step 4: ``FFT_ERROR * u * log2 N`` relative l2 error per transform) is
-carried as ``Composite.error`` (l2 error of the pmf) and enters delta through Cauchy-Schwarz,
-``sqrt(N) * error``, times ``SAFETY``.  Computing the connect-the-dots masses from the deltas
+(as in docs/engine.md step 4: ``FFT_ERROR * u * log2 N`` error per FFT output entry, relative to
+the l1 norm of the input, here a probability vector) is carried as ``Composite.error``, a bound
+on the l1 norm of the pmf's error, which bounds the error of any delta (a sum of the entries
+weighted in [0, 1]); it is multiplied by ``SAFETY``.  Computing the connect-the-dots masses from the deltas
 rounds each delta by a few ulps: a round's curve is then above the intended one less at most
 ``CURVE_ROUNDING`` (absolute), and T such rounds move the composed delta by at most T times that
 (hybrid argument: (0, eta)-approximate dominance composes additively); it is carried as
@@ -50,11 +51,15 @@ def pld_module() -> Any:
 
 @dataclass(frozen=True)
 class Composite:
-    """A (composed) PLD pmf, upper bounds on the l2 norm of its probabilities and of its FFT
-    rounding error, and the additive delta bound of its rounds' curve rounding."""
+    """A (composed) PLD pmf with what its floating-point bound needs: a single round's dense
+    probabilities (None once composed), an upper bound on the l2 norm of its probabilities, its
+    dense length, a bound on the l1 norm of its FFT rounding error, and the additive delta bound
+    of its rounds' curve rounding."""
 
     pmf: Any
+    dense: np.ndarray | None
     norm: float
+    span: int
     error: float
     shift: float
 
@@ -63,40 +68,56 @@ def connect_dots(v: Vertices) -> Composite:
     """The pessimistic connect-the-dots PLD through the hull vertices (exactly representable:
     every vertex loss is an integer multiple of the discretization)."""
     pmf = pld_module().create_pmf_pessimistic_connect_dots(v.discretization, v.index, v.delta)
-    return Composite(pmf, float(np.linalg.norm(masses(v))), 0.0, CURVE_ROUNDING)
+    dense = np.zeros(int(v.index[-1] - v.index[0]) + 1)
+    dense[v.index - v.index[0]] = masses(v)
+    return Composite(pmf, dense, float(np.linalg.norm(dense)), dense.size, 0.0, CURVE_ROUNDING)
 
 
-def _fft_length(*sizes: int) -> int:
+def _fft_length(size: int) -> int:
     from scipy import fft
 
-    return int(fft.next_fast_len(max(sizes)))
+    return int(fft.next_fast_len(size))
 
 
 def self_composed(c: Composite, times: int) -> Composite:
-    """``times`` identical rounds: FFT power (l2 error <= u (T (FFT_ERROR log2 N |p| + 1) +
-    FFT_ERROR log2 N |p^T|) + T * input error)."""
+    """``times`` identical rounds, by dp-accounting's FFT power ifft(fft(p, N)^T).
+
+    Error (l1 of the output <= l2 of the spectrum's error, Parseval and Cauchy-Schwarz): each
+    computed y_k = fft(p)_k is off by <= FFT_ERROR u log2 N |p|_1 (componentwise, |p|_1 <= 1),
+    which y_k^T amplifies by T |y_k|^(T-1); the power and the inverse FFT add T u |y_k|^T and
+    FFT_ERROR u log2 N |y_k|^T.  With S_m = sqrt(sum_k |y_k|^(2m)) (computed here from the
+    round's masses) the bound is u (FFT_ERROR log2 N (T S_(T-1) + S_T) + T S_T).
+    """
     if times == 1:
         return c
+    if c.dense is None:
+        raise ValueError("self-composition needs a single round's PLD")
     out = c.pmf.self_compose(times, tail_mass_truncation=TRUNCATION)
-    log_n = math.log2(_fft_length(out.size, c.pmf.size))
-    rounding = UNIT_ROUNDOFF * (times * (FFT_ERROR * log_n * c.norm + 1) + FFT_ERROR * log_n * c.norm)
-    return Composite(out, c.norm, rounding + times * c.error, times * c.shift)
+    n_fft = _fft_length(max(out.size, c.span))
+    y = np.abs(np.fft.fft(c.dense, n_fft))
+    before, last = (math.sqrt(float(np.sum(y ** (2 * m)))) for m in (times - 1, times))
+    error = UNIT_ROUNDOFF * (FFT_ERROR * math.log2(n_fft) * (times * before + last) + times * last)
+    return Composite(out, None, c.norm, out.size, error, times * c.shift)
 
 
 def composed(a: Composite, b: Composite) -> Composite:
-    """Two different rounds (or groups): FFT convolution; errors add (a convolution with a
-    probability vector does not grow an l2 error), plus this product's rounding."""
+    """Two different rounds (or groups) by FFT convolution.  Errors already in a and b add (a
+    convolution with a probability vector does not grow an l1 error); this product adds, with
+    componentwise spectral errors <= FFT_ERROR u log2 N, an l2 spectral error <=
+    FFT_ERROR u log2 N sqrt(N) (|a|_2 + |b|_2 + |a*b|_2) + u sqrt(N) |a*b|_2."""
     out = pld_module().compose_pmfs(a.pmf, b.pmf, tail_mass_truncation=TRUNCATION)
-    log_n = math.log2(_fft_length(out.size, a.pmf.size + b.pmf.size))
-    rounding = UNIT_ROUNDOFF * (FFT_ERROR * log_n * (a.norm + b.norm + min(a.norm, b.norm)) + 1)
-    return Composite(out, min(a.norm, b.norm), a.error + b.error + rounding, a.shift + b.shift)
+    n_fft = _fft_length(max(out.size, a.span + b.span - 1))
+    norm = min(a.norm, b.norm)
+    spectral = FFT_ERROR * math.log2(n_fft) * (a.norm + b.norm + norm) + norm
+    error = a.error + b.error + UNIT_ROUNDOFF * math.sqrt(n_fft) * spectral
+    return Composite(out, None, norm, out.size, error, a.shift + b.shift)
 
 
 def delta_slack(c: Composite) -> float:
-    """Upper bound on the floating-point error of a delta read from ``c``: Cauchy-Schwarz over
-    the pmf's entries (weights in [0, 1]) plus the rounding of the summation."""
-    size = max(c.pmf.size, 1)
-    return SAFETY * (math.sqrt(size) * c.error + 2 * size * UNIT_ROUNDOFF) + c.shift
+    """Upper bound on the floating-point error of a delta read from ``c``: the l1 error bound
+    (delta weighs each entry by a number in [0, 1]) times SAFETY, the rounding of the summation,
+    and the curve-rounding shift."""
+    return SAFETY * (c.error + 2 * max(c.pmf.size, 1) * UNIT_ROUNDOFF) + c.shift
 
 
 def eps_for_delta(c: Composite, delta: float) -> float:
