@@ -168,3 +168,12 @@ def test_missing_dp_accounting_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     out = CliRunner().invoke(main, ["compose", "--mechanism", "generic", "--eps0", "1", "--n", "1", "--rounds", "2",
                                     "--delta", "1e-6"])
     assert out.exit_code == 1 and "shuffle-eps[compose]" in out.output and "Traceback" not in out.output
+
+
+def test_approximate_dp_rounds_keep_their_delta_term() -> None:
+    # (eps0, delta0)-LDP: the certified profile never reaches 0; its value at eps0 becomes infinity mass
+    pure = compose.eps("generic", eps0=1.0, n=50, rounds=3, delta=1e-4).eps
+    approx = compose.eps("generic", eps0=1.0, n=50, rounds=3, delta=1e-4, delta0=1e-7).eps
+    assert pure <= approx < math.inf
+    with pytest.raises(ValueError, match="too small to certify"):
+        compose.eps("generic", eps0=1.0, n=50, rounds=3, delta=1e-7, delta0=1e-7)
