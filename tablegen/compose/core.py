@@ -102,7 +102,8 @@ def _checked(rounds: Sequence[Round]) -> list[Round]:
     for r in rounds:
         e0 = validate.positive_finite("eps0", r.eps0)
         users = validate.integer_at_least("n", r.n, 1)
-        out.append(Round(r.mechanism, e0, users, dict(r.params), checked_rounds(r.times)))
+        times = validate.integer_at_least("times", r.times, 1, MAX_ROUNDS)
+        out.append(Round(r.mechanism, e0, users, dict(r.params), times))
     if sum(r.times for r in out) > MAX_ROUNDS:
         raise ValueError(f"rounds must be an integer in [1, {MAX_ROUNDS}] in all, got {sum(r.times for r in out)}")
     return out
