@@ -40,8 +40,11 @@ class Answer:
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-        max_slack: float | None = None, **params: Any) -> Answer:
-    """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast)."""
+        max_slack: float | None = None, rounds: Any = None, **params: Any) -> Answer:
+    """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
+    ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``)."""
+    if rounds is not None:
+        return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds)
     if table is None:
         table = default_table()
     if isinstance(table, Table) and all(type(v) in (float, int) for v in (eps0, n, delta)):
@@ -62,6 +65,17 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         for i in np.flatnonzero(todo):
             value[i], lower[i] = live_engine.eps(q.mechanism, q.point(i), q.params)
     return q.answer(value, lower, todo, grid, slack, edge & ~todo)
+
+
+def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
+    """``eps(..., rounds=T)``: one scalar query, the composition code imported only here."""
+    from lookup import composed
+
+    if any(np.ndim(v) for v in args.values()):
+        raise ValueError("rounds takes scalar eps0, n, delta and rounds (one query at a time)")
+    q = _Queries(mechanism, params, table, **{k: v for k, v in args.items() if k != "rounds"})
+    a = composed.eps(mechanism, q.table, q.params, {**q.point(0), "rounds": args["rounds"]}, live)
+    return Answer(a["value"], math.nan, a["source"], a["corner"], math.nan, False)
 
 
 def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
@@ -222,10 +236,10 @@ def _check_domain(args: dict[str, Any]) -> None:
 KEYS = {"eps": ("eps", "eps_lower"), "delta": ("delta", "delta_lower"), "eps0_max": ("eps0", None)}
 
 
-def json_ready(kind: str, a: Answer) -> dict[str, Any]:
+def json_ready(kind: str, a: Answer, rounds: int | None = None) -> dict[str, Any]:
     """The answer of ``lookup.<kind>`` as the CLI and HTTP endpoint print it (NaN as null)."""
     value, lower = KEYS[kind]
-    out = {value: a.value, **({lower: a.lower} if lower else {})}
+    out = {value: a.value, **({lower: a.lower} if lower else {}), **({"rounds": rounds} if rounds else {})}
     return finite({**out, "certified": True, "source": a.source, "corner": a.corner, "slack": a.slack,
                    "edge": a.edge})
 

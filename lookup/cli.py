@@ -46,11 +46,12 @@ def main() -> None:
 @click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--max-slack", type=str, default=None, help="compute live where the table's slack estimate is above")
+@click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs shuffle-eps[compose])")
 def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, delta: str,
-        max_slack: str | None, **raw: Any) -> None:
-    """Certified eps at (eps0, n, delta)."""
-    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "max-slack": max_slack}, table, no_live, as_json,
-           raw)
+        max_slack: str | None, rounds: str | None, **raw: Any) -> None:
+    """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given."""
+    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "max-slack": max_slack, "rounds": rounds}, table,
+           no_live, as_json, raw)
 
 
 @main.command()
@@ -77,8 +78,10 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
            as_json: bool, raw: dict[str, Any]) -> None:
     """Answer ``lookup.<kind>`` for text arguments and print it (the three query commands)."""
     def run() -> dict[str, Any]:
-        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live, **query_arguments(numbers, raw))
-        return json_ready(kind, answer)
+        arguments = query_arguments(numbers, raw)
+        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live, **arguments)
+        rounds = arguments.get("rounds")
+        return json_ready(kind, answer, int(rounds) if rounds is not None else None)
 
     _answer(run, as_json)
 
@@ -207,6 +210,9 @@ def _answer(run: Any, as_json: bool) -> None:
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except ImportError as err:  # an optional extra (e.g. compose) not installed
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
     emit(finite(result), as_json)
 
 

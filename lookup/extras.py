@@ -2,8 +2,9 @@
 
 The base install (numpy, zarr, click, scipy) answers lookups, live computations and
 ``tablegen compute``; the distributed table build and verification need ``[build]``, plots
-``[plot]``.  ``CommandGroup`` turns the ``ModuleNotFoundError`` of a missing optional module
-into one line naming the extra to install (exit status 1) instead of a traceback.
+``[plot]``, composition of rounds ``[compose]``.  ``CommandGroup`` turns the
+``ModuleNotFoundError`` of a missing optional module into one line naming the extra to
+install (exit status 1) instead of a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 # top-level module -> the extra of shuffle-eps that installs it ("" for the base install)
 EXTRAS = {
     "dask": "build", "distributed": "build", "xarray": "build", "tqdm": "build", "crc32c": "build",
-    "matplotlib": "plot",
+    "matplotlib": "plot", "dp_accounting": "compose",
     "numpy": "", "zarr": "", "scipy": "",
 }
 MISSING_EXTRA = 1  # exit status

@@ -55,6 +55,17 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any]) ->
     return _cached("eps0_max", mechanism, point, params, compute)[0]
 
 
+def composed_eps(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
+    """Certified eps of ``point["rounds"]`` identical rounds from ``tablegen.compose.eps``."""
+    def compute() -> list[float]:
+        from tablegen import compose
+
+        return [compose.eps(mechanism, eps0=point["eps0"], n=int(point["n"]), rounds=int(point["rounds"]),
+                            delta=point["delta"], **params).eps]
+
+    return _cached("composed_eps", mechanism, point, params, compute)[0]
+
+
 def _cached(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any], compute: Any) -> list[float]:
     from tablegen import ENGINE_VERSION
 

@@ -1,8 +1,10 @@
-"""``tablegen`` command line: live certified computations (compute, eps0-max).
+"""``tablegen`` command line: live certified computations (compute, eps0-max, compose).
 
 Mirrors the library one-to-one: ``tablegen compute`` is ``engine.eps_bounds`` (with
 ``--delta``) or ``engine.delta_bounds`` (with ``--eps``); ``tablegen eps0-max`` is
-``engine.eps0_max``.  Bad input exits with status 2 and a one-line message, no traceback.
+``engine.eps0_max``; ``tablegen compose`` is ``compose.eps`` (``--rounds-max``:
+``compose.rounds_max``, ``--eps0-max``: ``compose.eps0_max``), ``compose-sequence`` is
+``compose.eps_sequence``.  Bad input exits with status 2 and a one-line message, no traceback.
 """
 
 from __future__ import annotations
@@ -207,6 +209,114 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
         _fail(exc)
     emit({"eps0": value, "certified": True, "mechanism": mechanism, "eps": float(eps), "n": int(float(n)),
            "delta": float(delta)}, as_json)
+
+
+@main.command("compose")
+@mechanism_options
+@click.option("--eps0", type=str, default=None, help="local privacy parameter per round, > 0")
+@click.option("--rounds", type=str, default=None, help="number of identical rounds T (integer >= 1)")
+@click.option("--delta", required=True, type=str, help="total delta in (0, 1)")
+@click.option("--eps", type=str, default=None, help="total eps budget (with --rounds-max or --eps0-max)")
+@click.option("--rounds-max", is_flag=True, help="how many rounds fit in --eps (needs --eps0)")
+@click.option("--eps0-max", is_flag=True, help="largest eps0 per round for --rounds within --eps")
+@click.option("--compare", is_flag=True, help="also basic and advanced composition of the single-round eps")
+def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rounds: str | None, delta: str,
+                    eps: str | None, rounds_max: bool, eps0_max: bool, compare: bool, noise_p: str | None,
+                    **raw: Any) -> None:
+    """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse."""
+    try:
+        args = _compose_arguments(mechanism, n, eps0, rounds, delta, eps, rounds_max, eps0_max, noise_p, raw)
+        result = _composed(mechanism, args, rounds_max, eps0_max, compare)
+    except ImportError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except ValueError as exc:
+        _fail(exc)
+    emit({**result, "certified": True, "mechanism": mechanism, **_plain(args)}, as_json)
+
+
+def _compose_arguments(mechanism: str, n: str, eps0: str | None, rounds: str | None, delta: str, eps: str | None,
+                       rounds_max: bool, eps0_max: bool, noise_p: str | None, raw: dict[str, Any]) -> dict[str, Any]:
+    """Parsed numbers and parameters of ``tablegen compose``; ValueError naming what is missing."""
+    if noise_p is not None:
+        raise ValueError(f"compose takes no --p (protocol {mechanism!r} is not composed here)")
+    if rounds_max and eps0_max:
+        raise ValueError("give at most one of --rounds-max and --eps0-max")
+    need = {"eps0": not eps0_max, "rounds": not rounds_max, "eps": rounds_max or eps0_max}
+    given = {"eps0": eps0, "rounds": rounds, "eps": eps}
+    for name, required in need.items():
+        if required and given[name] is None:
+            raise ValueError(f"this question needs --{name}")
+        if not required and given[name] is not None:
+            raise ValueError(f"--{name} is not used by this question (it is the answer or not needed)")
+    numbers = {name: _number(name, text) for name, text in given.items() if text is not None}
+    if "rounds" in numbers:
+        from tablegen.compose import checked_rounds
+
+        numbers["rounds"] = checked_rounds(numbers["rounds"])
+    from tablegen import validate
+
+    return {**numbers, "n": validate.integer_at_least("n", _number("n", n), 1), "delta": _number("delta", delta),
+            **parse_params(raw)}
+
+
+def _composed(mechanism: str, args: dict[str, Any], rounds_max: bool, eps0_max: bool, compare: bool) -> dict[str, Any]:
+    from tablegen import compose
+    from tablegen.compose import baselines
+
+    if rounds_max:
+        b = compose.rounds_max(mechanism, **args)
+        return {"rounds_max": b.rounds, "eps_spent": b.eps, "at_least": b.capped}
+    if eps0_max:
+        return {"eps0": compose.eps0_max(mechanism, **args)}
+    out: dict[str, Any] = {"eps": compose.eps(mechanism, **args).eps}
+    if compare:
+        out.update(basic=baselines.basic_eps(mechanism, **args), advanced=baselines.advanced_eps(mechanism, **args))
+    return out
+
+
+@main.command("compose-sequence")
+@click.option("--rounds", "rounds_json", required=True,
+              help='JSON list (or a file holding it) of rounds: [{"mechanism": "krr", "k": 10, "eps0": 1, '
+                   '"n": 1e6, "times": 300}, ...]')
+@click.option("--delta", required=True, type=str, help="total delta in (0, 1)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def compose_sequence_command(rounds_json: str, delta: str, as_json: bool) -> None:
+    """Certified eps of a sequence of different shuffled rounds (mechanism, eps0, n per round)."""
+    try:
+        from tablegen import compose
+
+        rounds = _rounds_from_json(rounds_json)
+        c = compose.eps_sequence(rounds, delta=_number("delta", delta))
+    except ImportError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except ValueError as exc:
+        _fail(exc)
+    emit({"eps": c.eps, "rounds": c.rounds, "delta": c.delta, "certified": True, "kinds": len(rounds)}, as_json)
+
+
+def _rounds_from_json(text: str) -> list[Any]:
+    """Rounds from a JSON list given inline or in a file; ValueError naming the bad entry."""
+    from pathlib import Path
+
+    from tablegen.compose import Round
+
+    source = Path(text).read_text() if not text.lstrip().startswith("[") and Path(text).is_file() else text
+    try:
+        entries = json.loads(source)
+    except (json.JSONDecodeError, RecursionError):
+        raise ValueError("rounds must be a JSON list of objects (inline or a file), e.g. "
+                         '[{"mechanism": "krr", "k": 10, "eps0": 1, "n": 1e6, "times": 30}]') from None
+    if not isinstance(entries, list):
+        raise ValueError("rounds must be a JSON list of objects")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not {"mechanism", "eps0", "n"} <= set(entry):
+            raise ValueError(f"rounds[{i}] needs mechanism, eps0 and n (times optional), got {entry!r}")
+        params = {k: v for k, v in entry.items() if k not in ("mechanism", "eps0", "n", "times")}
+        out.append(Round(str(entry["mechanism"]), entry["eps0"], entry["n"], params, entry.get("times", 1)))
+    return out
 
 
 @main.command()

@@ -3,8 +3,9 @@
 from tablegen.engine.accountant import (
     Bounds,
     delta_bounds,
+    delta_curve,
     eps0_max,
     eps_bounds,
 )
 
-__all__ = ["Bounds", "delta_bounds", "eps_bounds", "eps0_max"]
+__all__ = ["Bounds", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max"]

@@ -132,6 +132,23 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     return Bounds(q.delta_upper(eps), q.delta_lower(eps) if lower else None)
 
 
+def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndarray | list[float],
+                **params: Any) -> np.ndarray:
+    """Certified delta_upper(eps) for every eps of an array (the privacy profile's upper bound).
+
+    Each entry is an upper bound on the exact delta(eps) of the analysis; 0 at eps >= eps0 when
+    the mechanism has no extra delta term.
+    """
+    q = Query(mechanism, eps0, n, params)
+    values = np.asarray(eps, dtype=float)
+    out = np.empty(values.shape, dtype=float)
+    for i, e in np.ndenumerate(values):
+        e = validate.nonnegative_finite("eps", float(e))
+        exact_zero = e >= q.eps0 and q.mechanism.extra_delta is None
+        out[i] = 0.0 if exact_zero else q.delta_upper(e)
+    return out
+
+
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
                rtol: float = RTOL, **params: Any) -> Bounds:
     """Certified eps(delta) (smallest certified eps found) and the lower bound."""

@@ -1,0 +1,31 @@
+"""Many rounds: certified eps of T shuffled collections composed, and the budgets it allows.
+
+    from tablegen import compose
+    compose.eps("krr", eps0=1.0, n=10**6, rounds=365, delta=1e-8, k=10).eps
+    compose.eps_sequence([compose.Round("krr", 1.0, 10**6, {"k": 10}, times=300),
+                          compose.Round("generic", 2.0, 10**5, times=65)], delta=1e-8)
+    compose.rounds_max("krr", eps0=1.0, n=10**6, eps=1.0, delta=1e-8, k=10)
+    compose.eps0_max("krr", rounds=365, eps=1.0, n=10**6, delta=1e-8, k=10)
+
+Each round's certified privacy profile (``tablegen.engine.delta_curve``, an upper bound on
+delta(eps) for both orders of the neighbouring pair) becomes a pessimistic connect-the-dots
+privacy-loss distribution (``profile.py``, ``pld.py``); Google's dp-accounting composes them
+(Doroshenko et al. 2022; Koskela et al. for PLD composition).  Every step is an upper bound, so the
+composed eps is certified: never below the exact composed eps of the analysis.  Derivation and
+figures: docs/composition.md.  ``dp_accounting`` is the ``compose`` extra.
+"""
+
+from tablegen.compose.budget import Budget, eps0_max, rounds_max
+from tablegen.compose.core import (
+    MAX_ROUNDS,
+    Composition,
+    Round,
+    checked_rounds,
+    eps,
+    eps_from_points,
+    eps_sequence,
+    one_round,
+)
+
+__all__ = ["MAX_ROUNDS", "Budget", "Composition", "Round", "checked_rounds", "eps", "eps0_max", "eps_from_points",
+           "eps_sequence", "one_round", "rounds_max"]
