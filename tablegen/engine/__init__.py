@@ -2,10 +2,11 @@
 
 from tablegen.engine.accountant import (
     Bounds,
+    certifies,
     delta_bounds,
     delta_curve,
     eps0_max,
     eps_bounds,
 )
 
-__all__ = ["Bounds", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max"]
+__all__ = ["Bounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max"]

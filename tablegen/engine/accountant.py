@@ -27,6 +27,7 @@ import numpy as np
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition
+from tablegen.engine import spectral
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
 from tablegen.engine.search import root, shrink_bracket
@@ -35,6 +36,8 @@ from tablegen.mechanisms import Mechanism, get_mechanism
 RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
 LOWER_RESOLUTION = 60.0  # finer for the lower bound, which pays for the rounding noise
 RTOL = 1e-4
+SPECTRAL_COMPONENTS = 400  # laws with more components (large joint products) use the FFT path
+SEARCH_POINTS = 8  # eps values evaluated together per round of the vectorised search
 EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
 FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
 
@@ -105,8 +108,22 @@ class Query:
         self.lower = self.mechanism.lower(self.eps0, **self.params) if self.mechanism.lower else []
 
     def delta_upper(self, eps: float) -> float:
-        base = max(delta_of_decomposition(d, eps, self.n, resolution=self.resolution) for d in self.upper)
-        return base + self.extra_delta(eps)
+        return float(self.delta_upper_many(np.array([eps]))[0])
+
+    def delta_upper_many(self, eps: np.ndarray) -> np.ndarray:
+        """Certified delta at each eps: the largest over the upper decompositions (spectral path,
+        FFT where it declines), plus the mechanism's extra delta."""
+        eps = np.asarray(eps, dtype=float)
+        base = np.max([self._decomposition_upper(d, eps) for d in self.upper], axis=0)
+        return base + np.array([self.extra_delta(float(e)) for e in eps])
+
+    def _decomposition_upper(self, d: Decomposition, eps: np.ndarray) -> np.ndarray:
+        if self.n == 1 or d.c.size > SPECTRAL_COMPONENTS:
+            return np.array([delta_of_decomposition(d, float(e), self.n, resolution=self.resolution) for e in eps])
+        out = spectral.delta_upper(d, eps, np.full(eps.shape, self.n), self.resolution)
+        for i in np.flatnonzero(np.isnan(out)):  # the spectral path declined: FFT
+            out[i] = delta_of_decomposition(d, float(eps[i]), self.n, resolution=self.resolution)
+        return out
 
     def extra_delta(self, eps: float) -> float:
         if self.mechanism.extra_delta is None:
@@ -141,12 +158,28 @@ def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndar
     """
     q = Query(mechanism, eps0, n, params)
     values = np.asarray(eps, dtype=float)
-    out = np.empty(values.shape, dtype=float)
-    for i, e in np.ndenumerate(values):
-        e = validate.nonnegative_finite("eps", float(e))
-        exact_zero = e >= q.eps0 and q.mechanism.extra_delta is None
-        out[i] = 0.0 if exact_zero else q.delta_upper(e)
+    for e in values.ravel():
+        validate.nonnegative_finite("eps", float(e))
+    out = np.zeros(values.shape, dtype=float)
+    live = ~((values >= q.eps0) & (q.mechanism.extra_delta is None))
+    if live.any():
+        out[live] = q.delta_upper_many(values[live])
     return out
+
+
+def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, delta: float,
+              **params: Any) -> bool:
+    """Whether (eps, delta) is certified: one evaluation of delta_upper(eps) <= delta.
+
+    A True answer makes eps a certified value for delta (e.g. a smooth estimate from a table,
+    checked here instead of searched); False proves nothing about the exact value.
+    """
+    q = Query(mechanism, eps0, n, params)
+    eps = validate.nonnegative_finite("eps", eps)
+    delta = validate.open_unit("delta", delta)
+    if eps >= q.eps0 and q.mechanism.extra_delta is None:
+        return True
+    return bool(q.delta_upper(eps) <= delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
@@ -189,20 +222,61 @@ def _log_ratio(value: float, target: float) -> float:
 
 
 def _eps_upper(q: Query, delta: float, rtol: float) -> float:
-    """Upper end of a bracket of the certified curve's crossing of delta, capped at eps0."""
+    """Certified eps(delta): chord of an evaluated bracket, capped at eps0.
 
-    def excess(eps: float) -> float:
-        return _log_ratio(q.delta_upper(eps), delta)
-
-    if excess(q.eps0) > 0:
+    Rounds of SEARCH_POINTS evaluations at once narrow a bracket [a, b] with
+    delta_up(a) > delta >= delta_up(b).  The exact delta is convex in alpha = e^eps (a hockey-stick
+    divergence; for each decomposition (1/n) E[(sum_i U_i - alpha V_i)_+] is an expectation of a
+    convex function of alpha), so the chord through the two evaluated upper points lies above it:
+    where the chord meets delta is certified (DESIGN.md section 3), and it is at most b.  It is
+    returned when its own evaluation certifies it too (so every answer is an evaluated point,
+    as before), else b.
+    """
+    if q.delta_upper(q.eps0) > delta:
         # only possible with an n * delta0 term: eps0 itself is still certified when delta >= delta0
         return trivial_eps0(q, delta)
-    guess = guess_eps(q, delta)
-    bracket = _bracket(excess, guess, floor=q.eps0 * 1e-9, ceiling=q.eps0)
-    if bracket is None:
-        return q.eps0 * 1e-9
-    a, fa, b, fb = bracket
-    return min(q.eps0, shrink_bracket(excess, a, fa, b, fb, rtol)[1])
+    floor = q.eps0 * 1e-9
+    guess = min(max(guess_eps(q, delta), floor), q.eps0)
+    a, da, b, db = floor, math.inf, q.eps0, 0.0
+    lo, hi = max(floor, guess / 1.5), min(q.eps0, guess * 1.5)
+    for _ in range(40):
+        points = np.geomspace(lo, hi, SEARCH_POINTS)
+        values = q.delta_upper_many(points)
+        above = ~(values <= delta)  # NaN certifies nothing
+        if above.any():
+            i = int(np.flatnonzero(above).max())
+            if points[i] >= a:
+                a, da = float(points[i]), float(values[i])
+        if (~above).any():
+            j = int(np.flatnonzero(~above).min())
+            if points[j] <= b:
+                b, db = float(points[j]), float(values[j])
+        if a == floor and not above.any():  # everything tried certifies: look lower
+            if lo <= floor:
+                return floor
+            lo, hi = max(floor, lo / 100), lo
+            continue
+        if b == q.eps0 and above.all():  # nothing tried certifies: look higher
+            lo, hi = hi, min(q.eps0, hi * 100)
+            continue
+        if b - a <= rtol * b:
+            break
+        lo, hi = a, b
+    chord = _chord(a, da, b, db, delta)
+    if chord < b and q.delta_upper(chord) <= delta:  # certified by convexity and by evaluation
+        return min(q.eps0, chord)
+    return min(q.eps0, b)
+
+
+def _chord(a: float, da: float, b: float, db: float, delta: float) -> float:
+    """eps where the chord from (e^a, da) to (e^b, db) in (alpha, delta) meets delta (<= b).
+
+    Pushed up by a relative 1e-12 for the rounding of these few operations."""
+    if not math.isfinite(da) or da <= db:
+        return b
+    alpha_a, alpha_b = math.exp(a), math.exp(b)
+    alpha = alpha_a + (da - delta) * (alpha_b - alpha_a) / (da - db)
+    return min(b, math.log(alpha) * (1 + 1e-12) + 1e-300)
 
 
 def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:

@@ -1,0 +1,388 @@
+"""Certified upper bounds on E[(G_1 + ... + G_n)_+] for many (eps, n) at once, with no FFT.
+
+Same certified steps as ``fourier.py`` (docs/engine.md), evaluated by Parseval instead of an
+inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities in lattice units.
+
+1. Randomized rounding of G onto offset + step Z (mean-preserving spread: E[S'_+] >= E[S_+]),
+   step <= sd(G)/resolution.  When many users (n P(G not at the heaviest atom) >= 200) fall
+   outside the heaviest atom, the two heaviest atoms are placed at *half* cells so that their
+   mass splits over two neighbours: that is what makes |psi| decay away from 0 (step 4), at the
+   price of a rounding variance step^2/4 per user (second order, as S is spread; the step is
+   then 1.6 times finer, which costs no frequencies where |psi| decays).  With fewer,
+   S sits at a few values with high probability and that noise would cost first order, so the
+   heaviest atoms stay on the lattice (as in ``fourier.py``) and every node is summed.
+2. Exponential tilting at the saddlepoint lambda (law-only: it does not depend on n):
+   E[(S' + c)_+] = e^(n Lambda(lambda) + lambda c) E_lambda[g(S' + c)],  g(y) = y_+ e^(-lambda y),
+   c = n offset / step.
+3. Parseval with K nodes theta_k = 2 pi k / K (trapezoid rule on [-pi, pi]):
+       T = (1/K) sum_k psi(theta_k)^n Ghat(theta_k),   Ghat(theta) = sum_s g(s + c) e^(-i theta s)
+   equals sum_s P_lambda(S' = s) sum_m g(s + c + m K) >= E_lambda[g(S' + c)] (aliasing only adds:
+   safe for an upper bound).  Ghat has a closed form: with s0 the first s where s + c > 0,
+   a0 = s0 + c in (0, 1], z = e^(-lambda - i theta),
+       Ghat(theta) = e^(-lambda a0 - i theta s0) (a0 + (1 - a0) z) / (1 - z)^2.
+   K is sized by Chernoff bounds so that aliasing is negligible (it is never subtracted).
+4. Only nodes with |theta| < theta_c are summed.  The rest is bounded by
+   sup_{|theta| >= theta_c} |psi|^n (1/K) sum_k |Ghat_k|, with (1/K) sum |Ghat| <= e^(-lambda a0)
+   (a0 sqrt(C2) + C2), C2 = (1 + x) / ((1 - x)(1 - e^(-2 lambda))), x = e^(-lambda K) (Parseval
+   for 1/(1 - z)), and the sup from two bounds on |psi|:
+   * Taylor: |psi|^2 = 1 - 2 sum_{a<b} w_a w_b (1 - cos theta d_ab) <= 1 - v theta^2 + theta^4
+     (mu4 + 3 v^2) / 12 (1 - cos y >= y^2/2 - y^4/24), so |psi|^2 <= 1 - 0.8 v theta^2 for
+     theta^2 <= 2.4 v / (mu4 + 3 v^2) (v, mu4: tilted variance and central fourth moment);
+   * beyond theta1: |psi| on a grid of [theta1, pi] plus its Lipschitz constant
+     sum_j w_j |x_j - centre| times half the spacing;
+   * split atoms: grouping the two cells of each rounded atom, |psi(theta)| <= B(theta) =
+     sum_j |w_j0 + w_j1 e^(i theta)|, non-increasing on [0, pi] (used when the above fail).
+   When neither makes the sup negligible every node is summed (nothing dropped).
+5. Floating point: every live term carries a relative error bound (the power n log psi, the
+   phases, Ghat) that is added with a safety factor, and the final exp carries n times the
+   error bound of Lambda; coordinates and the shift c are pushed up by their error bounds.
+
+The result is an upper bound on delta = step E[(S + c)_+] / n, or NaN when an evaluation needs
+more than ``MAX_NODES`` nodes (the caller then uses the FFT path).  Lower bounds are not
+computed here (their rounding correction is evaluated on the FFT window, ``fourier.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tablegen.decomposition import Decomposition
+
+U = 2.0**-53
+FP_SAFETY = 8.0
+TAIL_LOG = 40.0  # Chernoff tails, aliasing and dropped nodes sized to e^-40 of the main term
+MAX_NODES = 400_000  # per evaluation; beyond this the FFT path is cheaper
+MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
+MAX_PERIOD = 10**9  # k * x mod K stays exact in float64 (k <= MAX_NODES, x < K)
+BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
+RESOLUTION = 20.0
+FAR_GRID = 128  # first cells of the bound on |psi| away from 0, then refined where needed
+FAR_SPLIT = 16
+FAR_LEVELS = 3
+FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
+FAR_ROWS = 64
+SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
+HALF_FINER = 1.6  # half-split lattices are finer: every user then carries rounding variance step^2/4
+
+
+def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
+    """Certified upper bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
+
+    NaN where the spectral path declines (too many frequencies); the caller uses the FFT path.
+    """
+    eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
+    unique, row = np.unique(eps_b.ravel(), return_inverse=True)
+    return delta_pairs(d, unique, row.ravel(), n_b.ravel(), resolution).reshape(eps_b.shape)
+
+
+def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray,
+                resolution: float = RESOLUTION) -> np.ndarray:
+    """Upper bounds for the pairs (eps[row_b], n_b): the per-eps work (rounding, tilting, bounds
+    on |psi|) is done once per distinct eps and shared by every n (NaN where declined)."""
+    out = np.full(row.shape, np.nan)
+    rare = 1.0 - float(np.max(np.append(d.c, d.rest)))
+    spread = n * rare >= SPREAD_USERS
+    for half in (True, False):
+        pairs = np.flatnonzero(spread == half)
+        if not pairs.size:
+            continue
+        used, local = np.unique(row[pairs], return_inverse=True)
+        law = _Lattice(d, eps[used], resolution, half)
+        plan = _Plan(law, local.ravel(), n[pairs], MAX_NODES if half else MAX_ALL_NODES)
+        for idx in plan.batches():
+            out[pairs[idx]] = plan.evaluate(idx)
+    return out
+
+
+class _Lattice:
+    """Per-eps part: rounded, tilted law (depends on eps only, never on n)."""
+
+    def __init__(self, d: Decomposition, eps: np.ndarray, resolution: float, half: bool) -> None:
+        alpha = np.exp(eps)[:, None]
+        u, v = np.append(d.u, 0.0)[None, :], np.append(d.v, 0.0)[None, :]
+        probs = np.append(d.c, d.rest)
+        values = u - alpha * v
+        err_values = 3 * U * (np.abs(u) + alpha * np.abs(v))
+        mean = values @ probs
+        sd = np.sqrt(((values - mean[:, None]) ** 2) @ probs)
+        order = np.argsort(probs)[::-1]
+        first = values[:, order[0]]
+        gap = np.abs(values[:, order[1]] - first) if probs.size > 1 else np.zeros_like(first)
+        step = sd / (resolution * (HALF_FINER if half else 1.0))
+        divides = gap >= step / 2
+        step = np.where(divides, gap / np.ceil(np.where(divides, gap, 1.0) / step), step)
+        step = np.where(step > 0, step, 1.0)
+        offset = first - step / 2 if half else first  # heaviest atoms at 1/2 (or on the lattice)
+        x = (values - offset[:, None]) / step[:, None]
+        err_offset = U * np.abs(offset) + err_values[:, order[0]] + U * step
+        err_x = (err_values + err_offset[:, None] + U * np.abs(values - offset[:, None])) / step[:, None]
+        x = x + err_x + 4 * U * (np.abs(x) + 1)  # pushed up: G only grows (upper bound)
+        k = np.floor(x)
+        t = x - k
+        self.points = np.concatenate([k, k + 1], axis=1)  # (B, 2J) integer-valued floats
+        self.probs = np.concatenate([probs * (1 - t), probs * t], axis=1)
+        self.atoms = probs.size
+        self.step = step
+        self.ratio = offset / step  # c = n * ratio, error bound below
+        self.ratio_err = (err_offset + U * np.abs(offset)) / step + 2 * U * np.abs(self.ratio)
+        self.positive = np.max(values, axis=1) > 0
+        self._tilt()
+        self._chernoff_table()
+        self._split_table()
+
+    def _tilt(self) -> None:
+        """Saddlepoint lambda (tilted mean = -ratio) and the tilted moments, per eps."""
+        target = -self.ratio
+        lam = _saddlepoint(self.points, self.probs, target, self.positive)
+        logw, log_m = _tilted_log_weights(self.points, self.probs, lam)
+        w = np.exp(logw)
+        mean = np.sum(w * self.points, axis=1)
+        dev = self.points - mean[:, None]
+        self.lam, self.log_mgf, self.weights = lam, log_m, w
+        self.mean = mean
+        self.var = np.sum(w * dev**2, axis=1)
+        self.mu4 = np.sum(w * dev**4, axis=1)
+        self.centre = np.round(mean)
+        self.span = np.max(np.where(self.probs > 0, np.abs(self.points - self.centre[:, None]), 0.0), axis=1)
+        # error of psi from the tilted weights (exp of lambda x) and of the phases
+        self.psi_err = np.sum(w * (np.abs(lam[:, None] * self.points) + 8.0), axis=1) * 2 * U
+        self.mgf_err = 4 * U * (np.max(np.abs(lam[:, None] * self.points), axis=1) + 2.0)
+
+    def _chernoff_table(self) -> None:
+        """log E_lambda[e^(mu (K - mean))] on a grid of mu > 0 and mu < 0, per eps."""
+        mu = np.geomspace(1e-6, 1e2, 48)[None, :] / np.sqrt(np.maximum(self.var, 1e-300))[:, None]
+        dev = self.points - self.mean[:, None]
+        with np.errstate(divide="ignore"):
+            logw = np.where(self.weights > 0, np.log(np.maximum(self.weights, 1e-300)), -np.inf)
+        self.mu = mu
+        self.chernoff = []
+        for sign in (1.0, -1.0):
+            expo = logw[:, None, :] + sign * mu[:, :, None] * dev[:, None, :]
+            top = np.max(expo, axis=2, keepdims=True)
+            log_mgf = top[:, :, 0] + np.log(np.sum(np.exp(expo - top), axis=2))
+            reach = np.max(np.where(self.weights > 0, sign * dev, 0.0), axis=1)
+            self.chernoff.append((log_mgf, reach))
+
+    def chernoff_width(self, row: np.ndarray, n: np.ndarray, side: int) -> np.ndarray:
+        """a with P_lambda(+-(S' - n mean) >= a) <= e^-TAIL_LOG: min over the mu grid of
+        (n Lambda_c(mu) + L)/mu, capped by the support (any mu is valid: a coarse grid is safe)."""
+        log_mgf, reach = self.chernoff[side]
+        width = np.min((n[:, None] * log_mgf[row] + TAIL_LOG) / self.mu[row], axis=1)
+        return np.minimum(width, reach[row] * n) + 1.0
+
+    def _split_table(self) -> None:
+        """log B on a geometric grid of theta (for the cut-off when Taylor does not apply) and
+        the Taylor range theta1, per eps."""
+        v = self.var * (1 - 1e-9)
+        self.theta1 = np.minimum(np.sqrt(2.4 * v / (self.mu4 * (1 + 1e-9) + 3 * v * v)), np.pi)
+        self.split_grid = np.append(np.geomspace(1e-9, np.pi, 120), np.pi)
+        grid = np.broadcast_to(self.split_grid, (self.var.size, self.split_grid.size))
+        self.log_split = np.log(np.minimum(self.split_bound(grid), 1.0))
+        self.log_split1 = np.log(np.minimum(self.split_bound(self.theta1), 1.0))
+
+    def far_sup(self, target: np.ndarray, needed: np.ndarray) -> np.ndarray:
+        """Bound on sup over [theta1, pi] of |psi| per eps, refined until below ``target`` where
+        possible (chunks of FAR_ROWS eps); the split bound B(theta1) alone where not ``needed``."""
+        far = np.exp(self.log_split1)
+        rows = np.flatnonzero(needed)
+        for i in range(0, rows.size, FAR_ROWS):
+            chunk = rows[i : i + FAR_ROWS]
+            far[chunk] = np.minimum(far[chunk], self.far_bound(chunk, target[chunk]))
+        return far
+
+    def far_bound(self, rows_of_law: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Upper bound on sup over [theta1, pi] of |psi| (rows = evaluations).
+
+        Cells [a, a + h] are bounded by |psi(mid)| + L h / 2 with L = sum_j w_j |x_j - centre|
+        >= |psi'|; cells whose bound exceeds ``target`` are split FAR_SPLIT-fold, FAR_LEVELS
+        times (near-periods of the lattice law make |psi| come back close to 1 in places).
+        Rows ``rows_of_law`` of the law.
+        """
+        sel = rows_of_law
+        theta1 = self.theta1[sel]
+        weights = self.weights[sel]
+        rel = self.points[sel] - self.centre[sel, None]
+        lipschitz = np.sum(weights * np.abs(rel), axis=1)
+        slack = self.psi_err[sel] + 16 * U * np.max(np.abs(rel), axis=1)
+        rows = np.repeat(np.arange(theta1.size), FAR_GRID)
+        width = np.repeat((np.pi - theta1) / FAR_GRID, FAR_GRID)
+        start = theta1[rows] + width * np.tile(np.arange(FAR_GRID), theta1.size)
+        sup = np.zeros(theta1.size)
+        for level in range(FAR_LEVELS + 1):
+            mid = start + width / 2
+            psi = np.einsum("cj,cj->c", weights[rows], np.exp(1j * mid[:, None] * rel[rows]))
+            bound = np.abs(psi) + lipschitz[rows] * width / 2 + slack[rows]
+            open_ = bound > target[rows]
+            if level == FAR_LEVELS or not open_.any() or open_.sum() * FAR_SPLIT > FAR_CELLS:
+                np.maximum.at(sup, rows, bound)
+                return sup
+            np.maximum.at(sup, rows[~open_], bound[~open_])
+            rows, width = np.repeat(rows[open_], FAR_SPLIT), np.repeat(width[open_] / FAR_SPLIT, FAR_SPLIT)
+            start = np.repeat(start[open_], FAR_SPLIT) + width * np.tile(np.arange(FAR_SPLIT), open_.sum())
+        return sup
+
+    def split_bound(self, theta: np.ndarray) -> np.ndarray:
+        """B(theta) >= |psi(theta)| for theta of shape (B,) or (B, G), non-increasing on [0, pi]."""
+        w0, w1 = self.weights[:, : self.atoms], self.weights[:, self.atoms :]
+        grid = theta if theta.ndim == 2 else theta[:, None]
+        s = np.sin(grid / 2) ** 2
+        inner = ((w0 + w1) ** 2)[:, None, :] - 4 * (w0 * w1)[:, None, :] * s[..., None]
+        bound = np.sum(np.sqrt(np.maximum(inner, 0.0)), axis=-1) + self.psi_err[:, None]
+        return bound if theta.ndim == 2 else bound[:, 0]
+
+
+def _tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log of the Esscher-tilted weights and log M(lambda), row-wise (log-sum-exp)."""
+    with np.errstate(divide="ignore"):
+        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
+    expo = logp + lam[:, None] * points
+    top = np.max(expo, axis=1, keepdims=True)
+    log_m = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
+    return expo - log_m[:, None], log_m
+
+
+def _saddlepoint(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """lambda >= 0 with tilted mean = target: safeguarded Newton on the increasing tilted mean.
+
+    Any lambda keeps the tilting identity exact; this one only centres the tilted law.
+    """
+
+    def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = np.exp(_tilted_log_weights(points, probs, lam)[0])
+        mean = np.sum(w * points, axis=1)
+        return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
+
+    reachable = positive & (np.max(np.where(probs > 0, points, -np.inf), axis=1) > target)
+    lo = np.zeros(points.shape[0])
+    hi = np.full_like(lo, np.inf)
+    lam = lo.copy()
+    for _ in range(100):
+        mean, var = moments(lam)
+        below = mean < target
+        lo, hi = np.where(below, lam, lo), np.where(below, hi, lam)
+        step = lam + (target - mean) / np.maximum(var, 1e-300)
+        inside = (step > lo) & (step < hi)
+        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + 1.0 / np.maximum(np.ptp(points, axis=1), 1.0))
+        new = np.where(reachable, np.where(inside, step, fallback), 0.0)
+        if np.all(np.abs(new - lam) <= 1e-12 * np.maximum(lam, 1e-300)):
+            break
+        lam = new
+    return lam
+
+
+class _Plan:
+    """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""
+
+    def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int) -> None:
+        self.law, self.row, self.n, self.max_nodes = law, row, n, max_nodes
+        nf = n.astype(float)
+        lam = law.lam[row]
+        self.int_part, self.frac = _split_shift(law.ratio[row], law.ratio_err[row], n)
+        self.log_scale = nf * law.log_mgf[row] + lam * (self.int_part + self.frac)
+        self.log_err = nf * law.mgf_err[row] + 4 * U * np.abs(lam * (self.int_part + self.frac)) + 1e-12
+        size = np.maximum(law.chernoff_width(row, nf, 0), TAIL_LOG / np.maximum(lam, 1e-300))
+        size = size + law.chernoff_width(row, nf, 1) + 2.0
+        self.period = np.ceil(np.minimum(size, 2.0**52)).astype(np.int64)
+        self.cut, self.sup_log = self._cutoff(nf)
+        self.nodes = np.minimum(np.ceil(self.cut * self.period / (2 * np.pi)), self.period // 2).astype(np.int64)
+        self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
+        self.declined = lam <= 0  # E[G] >= 0 (eps = 0): no tilt, left to the FFT path
+
+    def _cutoff(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """theta_c and log sup_{|theta| >= theta_c} |psi|^n (``-inf`` when nothing is dropped)."""
+        law, row = self.law, self.row
+        v = law.var[row] * (1 - 1e-9)
+        theta_g = np.sqrt(TAIL_LOG / (0.4 * n * v))
+        n_max = np.zeros(law.var.size)
+        np.maximum.at(n_max, row[theta_g <= law.theta1[row]], n[theta_g <= law.theta1[row]])
+        far = law.far_sup(np.exp(-TAIL_LOG / np.maximum(n_max, 1.0)), n_max > 0)
+        log_far = n * np.log(np.minimum(far[row], 1.0))
+        taylor = (theta_g <= law.theta1[row]) & (log_far <= -TAIL_LOG)
+        sup_taylor = np.maximum(-0.4 * n * v * theta_g**2, log_far)
+        # otherwise: smallest grid theta with n log B(theta) <= -TAIL_LOG (B is non-increasing)
+        log_b = n[:, None] * law.log_split[row]
+        ok = log_b <= -TAIL_LOG
+        first = np.argmax(ok, axis=1)
+        pairs = np.arange(n.size)
+        found = ok[pairs, first]
+        theta_b = np.where(found, law.split_grid[first], np.pi)
+        sup_b = np.where(found, log_b[pairs, first], -np.inf)
+        return np.where(taylor, theta_g, theta_b), np.where(taylor, sup_taylor, sup_b)
+
+    def batches(self) -> list[np.ndarray]:
+        """Pair indices grouped so that each numpy pass stays within BATCH_NODES."""
+        ok = np.flatnonzero(~self.zero & ~self.declined & (self.nodes <= self.max_nodes) & (self.period <= MAX_PERIOD))
+        cost = (self.nodes[ok] + 1) * self.law.points.shape[1]
+        out, start, total = [], 0, 0
+        for i, c in enumerate(cost):
+            if total and total + c > BATCH_NODES:
+                out.append(ok[start:i])
+                start, total = i, 0
+            total += c
+        if start < ok.size:
+            out.append(ok[start:])
+        zero = np.flatnonzero(self.zero)
+        return ([zero] if zero.size else []) + out
+
+    def evaluate(self, idx: np.ndarray) -> np.ndarray:
+        if self.zero[idx].all():
+            return np.zeros(idx.size)
+        law = self.law
+        nodes = self.nodes[idx] + 1
+        row = np.repeat(np.arange(idx.size), nodes)
+        b = idx[row]
+        r = self.row[b]
+        k = np.arange(row.size) - np.repeat(np.cumsum(nodes) - nodes, nodes)
+        period = self.period[b]
+        kf, periodf = k.astype(float)[:, None], period.astype(float)[:, None]
+        rel = np.mod(law.points[r] - law.centre[r, None], periodf)  # exact: integers below 2^53
+        phase = (2 * np.pi / periodf) * np.mod(kf * rel, periodf)
+        psi = np.sum(law.weights[r] * np.exp(1j * phase), axis=1)
+        n = self.n[b].astype(float)
+        abs_psi = np.maximum(np.abs(psi), 1e-300)
+        log_abs, arg = np.log(abs_psi), np.angle(psi)
+        lam = law.lam[r]
+        first, a0 = _first_positive(self.int_part[b], self.frac[b])
+        drift = (self.n[b] * law.centre[r].astype(np.int64) - first) % period
+        theta = 2 * np.pi * k / period
+        one_minus_z = -np.expm1(-lam) + 2 * np.exp(-lam) * np.sin(theta / 2) ** 2 + 1j * np.exp(-lam) * np.sin(theta)
+        z = np.exp(-lam) * np.exp(-1j * theta)
+        ghat = np.exp(-lam * a0) * (a0 + (1 - a0) * z) / one_minus_z**2
+        total_phase = n * arg + 2 * np.pi * ((k * drift) % period) / period
+        term = np.exp(n * log_abs) * ghat * np.exp(1j * total_phase) / period
+        weight = np.where((k == 0) | (2 * k == period), 1.0, 2.0)
+        value = np.bincount(row, weight * term.real, idx.size)
+        rel_err = (n * law.psi_err[r] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
+                   + 16 * U / np.abs(one_minus_z) + 32 * U)
+        fp = FP_SAFETY * np.bincount(row, weight * np.abs(term) * rel_err, idx.size)
+        upper = value + fp + self._dropped(idx)
+        log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
+        log_delta += np.log(law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
+        with np.errstate(over="ignore"):
+            return np.where(self.zero[idx], 0.0, np.exp(log_delta) * (1 + 1e-9))
+
+    def _dropped(self, idx: np.ndarray) -> np.ndarray:
+        """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
+        lam, period = self.law.lam[self.row[idx]], self.period[idx].astype(float)
+        _, a0 = _first_positive(self.int_part[idx], self.frac[idx])
+        x = np.exp(-lam * period)
+        c2 = (1 + x) / ((1 - x) * -np.expm1(-2 * lam))
+        return np.exp(self.sup_log[idx] - lam * a0) * (a0 * np.sqrt(c2) + c2)
+
+
+def _split_shift(ratio: np.ndarray, ratio_err: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """c = n * ratio as an exact integer part and a fraction in [0, 1), pushed up by its error."""
+    whole = np.floor(ratio)
+    nf = n.astype(float)
+    scaled = nf * (ratio - whole)
+    scaled = scaled + nf * ratio_err + 2 * U * scaled
+    carry = np.floor(scaled)
+    return n * whole.astype(np.int64) + carry.astype(np.int64), scaled - carry
+
+
+def _first_positive(int_part: np.ndarray, frac: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First lattice index s0 with s0 + c > 0 and a0 = s0 + c in (0, 1]."""
+    on = frac <= 0
+    return np.where(on, -int_part + 1, -int_part), np.where(on, 1.0, frac)
+
+
