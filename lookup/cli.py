@@ -210,7 +210,9 @@ def _answer(run: Any, as_json: bool) -> None:
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except ImportError as err:  # an optional extra (e.g. compose) not installed
+    except ModuleNotFoundError:
+        raise  # the command group names the extra to install
+    except ImportError as err:  # the compose extra not installed (tablegen.compose says which)
         click.echo(f"error: {err}", err=True)
         sys.exit(1)
     emit(finite(result), as_json)

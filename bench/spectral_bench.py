@@ -1,0 +1,102 @@
+"""Spectral path against the FFT path, in one run: one evaluation, one certified eps, one slice.
+
+    python bench/spectral_bench.py [--slice-per-decade 10] [--quick]
+
+Prints markdown tables.  'FFT' forces the FFT path for every evaluation (the previous engine's
+method, same search); times are wall-clock on one process, after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import time
+
+import numpy as np
+
+from tablegen.engine import accountant, certifies, eps_bounds
+from tablegen.engine.accountant import delta_of_decomposition
+from tablegen.engine.dense import eps_slice
+from tablegen.engine.spectral import delta_upper
+from tablegen.mechanisms import get_mechanism
+
+ROWS = [("krr", {"k": 10}, 1.0), ("generic", {}, 1.0), ("rappor", {}, 2.0), ("laplace", {}, 1.0)]
+
+
+def _timed(func, repeat: int = 3) -> tuple[float, object]:
+    func()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        out = func()
+    return (time.perf_counter() - start) / repeat, out
+
+
+def evaluations(ns: list[int]) -> None:
+    print("\n### One certified delta(eps), eps = 3 eps0 / sqrt(n)\n")
+    print("| mechanism | n | spectral delta | FFT delta | ratio | spectral ms | FFT ms |")
+    print("|---|---|---|---|---|---|---|")
+    for name, params, eps0 in ROWS:
+        mech = get_mechanism(name)
+        d = mech.upper(eps0, **mech.resolve(params))[0]
+        for n in ns:
+            eps = 3 * eps0 / math.sqrt(n)
+            ts, s = _timed(lambda d=d, eps=eps, n=n: float(delta_upper(d, np.array([eps]), np.array([n]))[0]))
+            if n <= 10**8:
+                tf, f = _timed(lambda d=d, eps=eps, n=n: delta_of_decomposition(d, eps, n), 1)
+                print(f"| {name} | {n:.0e} | {s:.6e} | {f:.6e} | {s / f:.5f} | {ts * 1e3:.1f} | {tf * 1e3:.0f} |")
+            else:
+                print(f"| {name} | {n:.0e} | {s:.6e} | - | - | {ts * 1e3:.1f} | - |")
+
+
+def queries(ns: list[int], delta: float = 1e-8) -> None:
+    print(f"\n### One certified eps(delta = {delta:g}) and one certification check\n")
+    print("| mechanism | n | eps (spectral) | eps (FFT) | rel. diff | query ms | FFT query ms | check ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, params, eps0 in ROWS:
+        for n in ns:
+            args = dict(eps0=eps0, n=n, delta=delta, lower=False, **params)
+            query = functools.partial(eps_bounds, name, **args)
+            tq, b = _timed(query)
+            tc, _ = _timed(functools.partial(certifies, name, eps0=eps0, n=n, eps=b.upper, delta=delta, **params))
+            if n <= 10**8:
+                saved = accountant.SPECTRAL_COMPONENTS
+                accountant.SPECTRAL_COMPONENTS = -1  # every law goes to the FFT path
+                try:
+                    tf, bf = _timed(query, 1)
+                finally:
+                    accountant.SPECTRAL_COMPONENTS = saved
+                fft, rel, tf_ms = f"{bf.upper:.6g}", f"{b.upper / bf.upper - 1:+.2e}", f"{tf * 1e3:.0f}"
+            else:
+                fft = rel = tf_ms = "-"
+            print(f"| {name} | {n:.0e} | {b.upper:.6g} | {fft} | {rel} | {tq * 1e3:.0f} | {tf_ms} | {tc * 1e3:.1f} |")
+
+
+def slices(per_decade: int) -> None:
+    ns = np.unique(np.round(np.geomspace(1e2, 1e9, 7 * per_decade + 1)).astype(np.int64))
+    deltas = np.geomspace(1e-12, 1e-3, 25)
+    print(f"\n### One slice: {ns.size} n (1e2..1e9) x {deltas.size} deltas (1e-12..1e-3), upper bounds\n")
+    print("| mechanism | eps0 | seconds | per n-curve s | eps(1e6, 1e-8-ish) |")
+    print("|---|---|---|---|---|")
+    for name, params, eps0 in ROWS:
+        start = time.perf_counter()
+        values = eps_slice(name, eps0=eps0, ns=ns, deltas=deltas, **params)
+        took = time.perf_counter() - start
+        i, j = int(np.searchsorted(ns, 10**6)), int(np.searchsorted(deltas, 1e-8))
+        print(f"| {name} | {eps0} | {took:.1f} | {took / ns.size:.3f} | {values[min(i, ns.size - 1), j]:.6g} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--slice-per-decade", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="fewer n, no slices")
+    args = parser.parse_args()
+    ns = [10**4, 10**6] if args.quick else [10**4, 10**6, 10**8, 10**9]
+    evaluations(ns)
+    queries(ns)
+    if not args.quick:
+        slices(args.slice_per_decade)
+
+
+if __name__ == "__main__":
+    main()
