@@ -97,7 +97,9 @@ class Query:
     """A validated (mechanism, eps0, n, params) with its decompositions built once."""
 
     def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any],
-                 resolution: float = RESOLUTION, lower_resolution: float = LOWER_RESOLUTION) -> None:
+                 resolution: float = RESOLUTION, lower_resolution: float = LOWER_RESOLUTION,
+                 spectral: bool = True) -> None:
+        self.spectral = spectral  # False: every upper bound on the FFT path (table builds)
         self.resolution = validate.positive_finite("resolution", resolution)
         self.lower_resolution = validate.positive_finite("lower_resolution", lower_resolution)
         self.mechanism = mechanism if isinstance(mechanism, Mechanism) else get_mechanism(mechanism)
@@ -118,7 +120,7 @@ class Query:
         return base + np.array([self.extra_delta(float(e)) for e in eps])
 
     def _decomposition_upper(self, d: Decomposition, eps: np.ndarray) -> np.ndarray:
-        if self.n == 1 or d.c.size > SPECTRAL_COMPONENTS:
+        if not self.spectral or self.n == 1 or d.c.size > SPECTRAL_COMPONENTS:
             return np.array([delta_of_decomposition(d, float(e), self.n, resolution=self.resolution) for e in eps])
         out = spectral.delta_upper(d, eps, np.full(eps.shape, self.n), self.resolution)
         for i in np.flatnonzero(np.isnan(out)):  # the spectral path declined: FFT
