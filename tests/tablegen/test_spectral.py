@@ -43,11 +43,16 @@ def test_spectral_agrees_with_fft_at_large_n(name, params, eps0):
     within their error budgets (rounding variance: ~0.5% in delta) at n up to 1e7 (n large
     enough that the spectral path answers rather than declining to the FFT)."""
     d = _decomposition(name, params, eps0)
+    compared = 0
     for n in (10**5, 10**6, 10**7):
         eps = 3 * eps0 / math.sqrt(n)
         spectral = float(delta_upper(d, np.array([eps]), np.array([n]))[0])
+        if math.isnan(spectral):
+            continue  # declined (more than MAX_NODES frequencies): the FFT path answers
         fft = delta_of_decomposition(d, eps, n)
         assert abs(spectral / fft - 1) < 0.01, (n, spectral, fft)
+        compared += 1
+    assert compared >= 2
 
 
 def test_delta_upper_broadcasts_and_is_monotone_in_eps():
