@@ -127,6 +127,10 @@ class Query:
             out[i] = delta_of_decomposition(d, float(eps[i]), self.n, resolution=self.resolution)
         return out
 
+    def delta_is_zero(self, eps: np.ndarray | float) -> np.ndarray | bool:
+        """Where delta is exactly 0: eps >= eps0 for an eps0-LDP randomizer (no extra delta term)."""
+        return (np.asarray(eps) >= self.eps0) & (self.mechanism.extra_delta is None)
+
     def extra_delta(self, eps: float) -> float:
         if self.mechanism.extra_delta is None:
             return 0.0
@@ -146,7 +150,7 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     """Certified delta at eps (and the lower bound) for n users of ``mechanism``."""
     q = Query(mechanism, eps0, n, params)
     eps = validate.nonnegative_finite("eps", eps)
-    if eps >= q.eps0 and q.mechanism.extra_delta is None:
+    if q.delta_is_zero(eps):
         return Bounds(0.0, 0.0 if q.lower else None)
     return Bounds(q.delta_upper(eps), q.delta_lower(eps) if lower else None)
 
@@ -163,7 +167,7 @@ def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndar
     for e in values.ravel():
         validate.nonnegative_finite("eps", float(e))
     out = np.zeros(values.shape, dtype=float)
-    live = ~((values >= q.eps0) & (q.mechanism.extra_delta is None))
+    live = ~q.delta_is_zero(values)
     if live.any():
         out[live] = q.delta_upper_many(values[live])
     return out
@@ -176,12 +180,8 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
     A True answer makes eps a certified value for delta (e.g. a smooth estimate from a table,
     checked here instead of searched); False proves nothing about the exact value.
     """
-    q = Query(mechanism, eps0, n, params)
-    eps = validate.nonnegative_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
-    if eps >= q.eps0 and q.mechanism.extra_delta is None:
-        return True
-    return bool(q.delta_upper(eps) <= delta)
+    return bool(delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
@@ -264,13 +264,13 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
         if b - a <= rtol * b:
             break
         lo, hi = a, b
-    chord = _chord(a, da, b, db, delta)
+    chord = chord_eps(a, da, b, db, delta)
     if chord < b and q.delta_upper(chord) <= delta:  # certified by convexity and by evaluation
         return min(q.eps0, chord)
     return min(q.eps0, b)
 
 
-def _chord(a: float, da: float, b: float, db: float, delta: float) -> float:
+def chord_eps(a: float, da: float, b: float, db: float, delta: float) -> float:
     """eps where the chord from (e^a, da) to (e^b, db) in (alpha, delta) meets delta (<= b).
 
     Pushed up by a relative 1e-12 for the rounding of these few operations."""

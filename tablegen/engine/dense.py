@@ -29,7 +29,7 @@ import numpy as np
 
 from tablegen import validate
 from tablegen.engine import spectral
-from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, _chord, eps_bounds
+from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
 from tablegen.mechanisms import Mechanism
 
 LADDER = 1.01
@@ -89,9 +89,12 @@ class _Ladder:
                      axis=0)
         # declined by the spectral path (tiny eps: lambda -> 0 and K explodes; or small n): the
         # FFT where it is cheap, else "not certified" (inf), which can only make answers larger
+        queries: dict[int, Query] = {}
         for k in np.flatnonzero(np.isnan(out) & (n <= FFT_N_MAX)):
-            q = Query(self.q.mechanism, self.q.eps0, int(n[k]), self.q.params, self.resolution)
-            out[k] = q.delta_upper(float(self.eps[j[k]]))
+            users = int(n[k])
+            if users not in queries:
+                queries[users] = Query(self.q.mechanism, self.q.eps0, users, self.q.params, self.resolution)
+            out[k] = queries[users].delta_upper(float(self.eps[j[k]]))
         return np.where(np.isnan(out), np.inf, out)  # never NaN: an unknown value certifies nothing
 
     def solve(self, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -105,7 +108,7 @@ class _Ladder:
             if done:
                 break
         d_ok, d_fail = self.values(ok, i), self.values(fail, i)
-        eps = np.array([_chord(float(self.eps[f]), float(df), float(self.eps[o]), float(do), float(dl))
+        eps = np.array([chord_eps(float(self.eps[f]), float(df), float(self.eps[o]), float(do), float(dl))
                         if df > dl else float(self.eps[f])  # the floor itself certifies
                         for o, f, do, df, dl in zip(ok, fail, d_ok, d_fail, delta, strict=True)])
         return np.minimum(eps, self.q.eps0).reshape(rows.size, targets.size)

@@ -143,7 +143,6 @@ class _Lattice:
         self.var = np.sum(w * dev**2, axis=1)
         self.mu4 = np.sum(w * dev**4, axis=1)
         self.centre = np.round(mean)
-        self.span = np.max(np.where(self.probs > 0, np.abs(self.points - self.centre[:, None]), 0.0), axis=1)
         # error of psi from the tilted weights (exp of lambda x) and of the phases
         self.psi_err = np.sum(w * (np.abs(lam[:, None] * self.points) + 8.0), axis=1) * 2 * U
         self.mgf_err = 4 * U * (np.max(np.abs(lam[:, None] * self.points), axis=1) + 2.0)
@@ -278,6 +277,7 @@ class _Plan:
         nf = n.astype(float)
         lam = law.lam[row]
         self.int_part, self.frac = _split_shift(law.ratio[row], law.ratio_err[row], n)
+        self.first, self.a0 = _first_positive(self.int_part, self.frac)
         self.log_scale = nf * law.log_mgf[row] + lam * (self.int_part + self.frac)
         self.log_err = nf * law.mgf_err[row] + 4 * U * np.abs(lam * (self.int_part + self.frac)) + 1e-12
         size = np.maximum(law.chernoff_width(row, nf, 0), TAIL_LOG / np.maximum(lam, 1e-300))
@@ -342,7 +342,7 @@ class _Plan:
         abs_psi = np.maximum(np.abs(psi), 1e-300)
         log_abs, arg = np.log(abs_psi), np.angle(psi)
         lam = law.lam[r]
-        first, a0 = _first_positive(self.int_part[b], self.frac[b])
+        first, a0 = self.first[b], self.a0[b]
         drift = (self.n[b] * law.centre[r].astype(np.int64) - first) % period
         theta = 2 * np.pi * k / period
         one_minus_z = -np.expm1(-lam) + 2 * np.exp(-lam) * np.sin(theta / 2) ** 2 + 1j * np.exp(-lam) * np.sin(theta)
@@ -364,7 +364,7 @@ class _Plan:
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
         lam, period = self.law.lam[self.row[idx]], self.period[idx].astype(float)
-        _, a0 = _first_positive(self.int_part[idx], self.frac[idx])
+        a0 = self.a0[idx]
         x = np.exp(-lam * period)
         c2 = (1 + x) / ((1 - x) * -np.expm1(-2 * lam))
         return np.exp(self.sup_log[idx] - lam * a0) * (a0 * np.sqrt(c2) + c2)
