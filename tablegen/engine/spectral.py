@@ -49,6 +49,7 @@ import numpy as np
 from tablegen.decomposition import Decomposition
 
 U = 2.0**-53
+TINY = float(np.nextafter(0.0, 1.0))
 FP_SAFETY = 8.0
 TAIL_LOG = 40.0  # Chernoff tails, aliasing and dropped nodes sized to e^-40 of the main term
 MAX_NODES = 4096  # per evaluation; beyond this the FFT path is cheaper
@@ -62,6 +63,7 @@ FAR_LEVELS = 3
 FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
 FAR_ROWS = 64
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
+FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 HALF_FINER = 1.6  # half-split lattices are finer: every user then carries rounding variance step^2/4
 
 
@@ -87,17 +89,36 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
         if not pairs.size:
             continue
         used, local = np.unique(row[pairs], return_inverse=True)
+        local = local.ravel()
         law = _Lattice(d, eps[used], resolution, half)
-        plan = _Plan(law, local.ravel(), n[pairs], MAX_NODES if half else MAX_ALL_NODES)
-        for idx in plan.batches():
-            out[pairs[idx]] = plan.evaluate(idx)
+        # near eps = 0 the saddlepoint lambda is tiny and the period ~ TAIL_LOG / lambda explodes:
+        # those pairs are tilted at a floor lambda instead (the identity of step 2 holds for any lambda)
+        bucket = np.floor(np.log2(n[pairs])).astype(np.int64)
+        floor = FLOOR_Z / (np.sqrt(2.0 ** (bucket + 1)) * law.sd_cells[local])
+        low = law.lam[local] < floor
+        _fill(out, pairs[~low], law, local[~low], n[pairs[~low]], half)
+        if low.any():
+            keys, key_row = np.unique(np.stack([local[low], bucket[low]]), axis=1, return_inverse=True)
+            floors = FLOOR_Z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
+            tilted = _Lattice(d, eps[used[keys[0]]], resolution, half, floors)
+            _fill(out, pairs[low], tilted, key_row.ravel(), n[pairs[low]], half)
     return out
+
+
+def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n: np.ndarray, half: bool) -> None:
+    """out[pairs] = upper bounds for (law row, n) (NaN stays where the plan declines)."""
+    if not pairs.size:
+        return
+    plan = _Plan(law, row, n, MAX_NODES if half else MAX_ALL_NODES)
+    for idx in plan.batches():
+        out[pairs[idx]] = plan.evaluate(idx)
 
 
 class _Lattice:
     """Per-eps part: rounded, tilted law (depends on eps only, never on n)."""
 
-    def __init__(self, d: Decomposition, eps: np.ndarray, resolution: float, half: bool) -> None:
+    def __init__(self, d: Decomposition, eps: np.ndarray, resolution: float, half: bool,
+                 lam_floor: np.ndarray | None = None) -> None:
         alpha = np.exp(eps)[:, None]
         u, v = np.append(d.u, 0.0)[None, :], np.append(d.v, 0.0)[None, :]
         probs = np.append(d.c, d.rest)
@@ -126,14 +147,18 @@ class _Lattice:
         self.ratio = offset / step  # c = n * ratio, error bound below
         self.ratio_err = (err_offset + U * np.abs(offset)) / step + 2 * U * np.abs(self.ratio)
         self.positive = np.max(values, axis=1) > 0
-        self._tilt()
+        self.sd_cells = np.maximum(sd / step, 1.0)  # sd of G in lattice cells (>= resolution)
+        self._tilt(lam_floor)
         self._chernoff_table()
         self._split_table()
 
-    def _tilt(self) -> None:
-        """Saddlepoint lambda (tilted mean = -ratio) and the tilted moments, per eps."""
+    def _tilt(self, lam_floor: np.ndarray | None) -> None:
+        """Saddlepoint lambda (tilted mean = -ratio), raised to ``lam_floor`` where given, and
+        the tilted moments, per eps."""
         target = -self.ratio
         lam = _saddlepoint(self.points, self.probs, target, self.positive)
+        if lam_floor is not None:
+            lam = np.where(self.positive, np.maximum(lam, lam_floor), lam)
         logw, log_m = _tilted_log_weights(self.points, self.probs, lam)
         w = np.exp(logw)
         mean = np.sum(w * self.points, axis=1)
@@ -359,7 +384,8 @@ class _Plan:
         log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
         log_delta += np.log(law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
         with np.errstate(over="ignore"):
-            return np.where(self.zero[idx], 0.0, np.exp(log_delta) * (1 + 1e-9))
+            # never 0 for a positive expectation: an underflow is replaced by the smallest float
+            return np.where(self.zero[idx], 0.0, np.maximum(np.exp(log_delta) * (1 + 1e-9), TINY))
 
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
