@@ -38,18 +38,20 @@ REFERENCES = (
 
 @dataclass(frozen=True)
 class Task:
-    """What a worker needs for one curve (plain data, cheap to ship)."""
+    """What a worker needs for some curves of one (mechanism, eps0): one curve (method
+    "curve") or every unfinished n of the slice (method "slice").  Plain data, cheap to ship."""
 
     staging: str
-    cell: tuple[int, int, int]
+    cells: tuple[tuple[int, int, int], ...]
     family: str
     params: dict[str, Any]
     eps0: float
-    n: int
+    ns: tuple[int, ...]
     deltas: list[float]
-    lower: bool
+    lower: tuple[bool, ...]
     resolution: float
     lower_resolution: float
+    method: str = "curve"
 
 
 @dataclass(frozen=True)
@@ -59,28 +61,58 @@ class Report:
     seconds: float
 
 
-def task(spec: Spec, staging: Path, cell: tuple[int, int, int]) -> Task:
-    r, e, n = cell
+def task(spec: Spec, staging: Path, cells: list[tuple[int, int, int]]) -> Task:
+    """The task computing ``cells`` (all of one row and eps0)."""
+    r, e, _ = cells[0]
     s = spec.settings
-    return Task(str(staging), cell, spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
-                int(spec.n[n]), spec.delta.tolist(), spec.wants_lower(e, n), s["resolution"], s["lower_resolution"])
+    return Task(str(staging), tuple(cells), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
+                tuple(int(spec.n[c[2]]) for c in cells), spec.delta.tolist(),
+                tuple(spec.wants_lower(e, c[2]) for c in cells), s["resolution"], s["lower_resolution"],
+                spec.method)
+
+
+def tasks(spec: Spec, staging: Path, done: set[tuple[int, int, int]]) -> Iterator[Task]:
+    """Tasks for every curve not in ``done``, lazily (a cluster spec has millions of curves)."""
+    if spec.method == "curve":
+        return (task(spec, staging, [cell]) for cell in spec.curves() if cell not in done)
+    slices = itertools.product(range(spec.shape[0]), range(spec.shape[1]))
+    groups = ([(r, e, j) for j in range(spec.shape[2]) if (r, e, j) not in done] for r, e in slices)
+    return (task(spec, staging, cells) for cells in groups if cells)
+
+
+def task_count(spec: Spec, done: set[tuple[int, int, int]]) -> int:
+    if spec.method == "curve":
+        return spec.curve_count - len(done)
+    full = {(r, e) for r, e, _ in done if all((r, e, j) in done for j in range(spec.shape[2]))}
+    return spec.shape[0] * spec.shape[1] - len(full)
 
 
 def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
-    """The certified eps and lower bounds of one curve (NaN lower bounds where not wanted)."""
-    from tablegen.engine.curve import eps_curve
+    """Certified eps and lower bounds (NaN where not wanted), shape (len(ns), len(deltas))."""
+    from tablegen.engine.curve import eps_curve, lower_curve
+    from tablegen.engine.dense import eps_slice
 
-    curve = eps_curve(task.family, eps0=task.eps0, n=task.n, deltas=task.deltas, lower=task.lower,
-                      resolution=task.resolution, lower_resolution=task.lower_resolution, **task.params)
-    return curve.upper, curve.lower
+    if task.method == "curve":
+        curves = [eps_curve(task.family, eps0=task.eps0, n=n, deltas=task.deltas, lower=lower,
+                            resolution=task.resolution, lower_resolution=task.lower_resolution, **task.params)
+                  for n, lower in zip(task.ns, task.lower, strict=True)]
+        return np.array([c.upper for c in curves]), np.array([c.lower for c in curves])
+    upper = eps_slice(task.family, eps0=task.eps0, ns=task.ns, deltas=task.deltas, resolution=task.resolution,
+                      **task.params)
+    lower = np.full_like(upper, np.nan)
+    for i in np.flatnonzero(task.lower):
+        lower[i] = lower_curve(task.family, eps0=task.eps0, n=task.ns[i], deltas=task.deltas, upper=upper[i],
+                               lower_resolution=task.lower_resolution, **task.params)
+    return upper, lower
 
 
 def run_task(task: Task) -> float:
-    """Compute one curve and write it; returns the compute seconds.  Runs on a worker."""
+    """Compute a task's curves and write them; returns the compute seconds.  Runs on a worker."""
     start = time.perf_counter()
     eps, eps_lower = curve_values(task)
     seconds = time.perf_counter() - start
-    store.write_curve(task.staging, task.cell, eps, eps_lower)
+    for cell, upper, lower in zip(task.cells, eps, eps_lower, strict=True):
+        store.write_curve(task.staging, cell, upper, lower)
     return seconds
 
 
@@ -113,9 +145,10 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     start = time.perf_counter()
     staging = store.open_staging(out, header(spec), spec.shape)
     done = store.finished(staging)
-    todo = (task(spec, staging, cell) for cell in spec.curves() if cell not in done)
-    log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute")
-    _execute(todo, total - len(done), scheduler, workers, progress, spec.digest()[:12])
+    log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute"
+        + (f" ({task_count(spec, done)} slices)" if spec.method == "slice" else ""))
+    _execute(tasks(spec, staging, done), task_count(spec, done), scheduler, workers, progress,
+             spec.digest()[:12], "curve" if spec.method == "curve" else "slice")
     if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
     store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out)
@@ -127,11 +160,11 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
 
 
 def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: int | None,
-             progress: bool, prefix: str = "") -> None:
+             progress: bool, prefix: str = "", unit: str = "curve") -> None:
     if count == 0:
         return
     if scheduler is None and workers == 0:
-        for _ in progress_bar((run_task(t) for t in todo), count, progress):
+        for _ in progress_bar((run_task(t) for t in todo), count, progress, unit):
             pass
         return
     from distributed import Client, LocalCluster, as_completed
@@ -148,10 +181,10 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
                 return IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
 
             def submit(t: Task) -> Any:
-                return client.submit(run_task, t, key=f"curve-{prefix}-{'-'.join(map(str, t.cell))}", pure=False)
+                return client.submit(run_task, t, key=f"{unit}-{prefix}-{'-'.join(map(str, t.cells[0]))}", pure=False)
 
             running = as_completed([submit(t) for t in itertools.islice(todo, window())])
-            for future in progress_bar(running, count, progress):
+            for future in progress_bar(running, count, progress, unit):
                 future.result()  # re-raises a task's error here
                 for t in itertools.islice(todo, max(window() - running.count(), 1)):
                     running.add(submit(t))
@@ -178,13 +211,14 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
     """The published xarray Dataset: variables, coordinates and CF-style attributes."""
     import xarray as xr
 
-    from tablegen.engine import curve
+    from tablegen.engine import curve, dense
     from tablegen.engine.fourier import FOLD_TOLERANCE, FP_SAFETY
 
     dims = ("mechanism", "eps0", "n", "delta")
     certification = {
         "rule": "every eps is >= the exact eps of the analysis named by the mechanism (rounded up)",
-        "eps_ladder_ratio": curve.LADDER,
+        "method": spec.method,
+        "eps_ladder_ratio": curve.LADDER if spec.method == "curve" else dense.LADDER,
         "resolution": spec.settings["resolution"],
         "lower_resolution": spec.settings["lower_resolution"],
         "lower_every": spec.settings["lower_every"],
@@ -251,23 +285,29 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     total = spec.curve_count
     done = store.finished(store.staging_path(out)) if out else set()
     todo = total - len(done)
-    seconds = [_time_curve(task(spec, Path("/nonexistent"), cell)) for cell in sample_curves(spec, sample, seed)]
+    unit = "curve" if spec.method == "curve" else "slice"
+    sampled = sample_curves(spec, sample, seed)
+    if unit == "slice":  # the whole slice through each sampled cell (a task's real cost)
+        sampled = [[(r, e, j) for j in range(spec.shape[2])] for r, e in dict.fromkeys(c[:2] for c in sampled)]
+    else:
+        sampled = [[cell] for cell in sampled]
+    seconds = [_time_curve(task(spec, Path("/nonexistent"), cells)) for cells in sampled]
     per_curve = float(np.mean(seconds)) if seconds else 0.0
     error = float(np.std(seconds, ddof=1) / math.sqrt(len(seconds))) if len(seconds) > 1 else per_curve
-    core_hours = per_curve * todo / 3600
+    core_hours = per_curve * task_count(spec, done) / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {
         "cells": math.prod(spec.shape), "curves": total, "curves_to_compute": todo,
         "sampled_curves": len(seconds), "seconds_per_curve": per_curve, "core_hours": core_hours,
-        "core_hours_low": max(per_curve - 2 * error, min(seconds, default=0.0)) * todo / 3600,
-        "core_hours_high": (per_curve + 2 * error) * todo / 3600,
+        "core_hours_low": max(per_curve - 2 * error, min(seconds, default=0.0)) * core_hours / max(per_curve, 1e-300),
+        "core_hours_high": (per_curve + 2 * error) * core_hours / max(per_curve, 1e-300), "unit": unit,
         "seconds_min": min(seconds, default=0.0), "seconds_max": max(seconds, default=0.0),
         "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
     }
     log(f"{spec.source}: {figures['cells']} cells in {total} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
         f"{todo} to compute")
-    log(f"measured {per_curve:.2f} s per curve on {len(seconds)} curves ({figures['seconds_min']:.2f} to "
+    log(f"measured {per_curve:.2f} s per {unit} on {len(seconds)} {unit}s ({figures['seconds_min']:.2f} to "
         f"{figures['seconds_max']:.2f} s) -> {core_hours:.2f} core-hours (two standard errors: "
         f"{figures['core_hours_low']:.2f} to {figures['core_hours_high']:.2f}; a larger --sample narrows it), "
         f"{figures['wall_hours']:.2f} h on {cores} cores")

@@ -40,6 +40,10 @@ from tablegen.engine.accountant import LOWER_RESOLUTION, RESOLUTION
 from tablegen.mechanisms import get_mechanism
 
 AXES = ("eps0", "n", "delta")
+# how the upper bounds are computed: "curve" = one FFT-path search per (mechanism, eps0, n)
+# (engine/curve.py); "slice" = every n of a (mechanism, eps0) at once on the spectral path
+# (engine/dense.py), one task per slice
+METHODS = ("curve", "slice")
 MAX_PER_DECADE = 1000
 MAX_POINTS = 100_000
 
@@ -103,6 +107,10 @@ class Spec:
     def curves(self) -> Iterator[tuple[int, int, int]]:
         """(row, eps0, n) indices, one task each, lazily (a cluster spec has millions)."""
         return itertools.product(*(range(s) for s in self.shape[:3]))
+
+    @property
+    def method(self) -> str:
+        return self.settings.get("method", "curve")
 
     def wants_lower(self, i_eps0: int, i_n: int) -> bool:
         return wants_lower(self.settings, i_eps0, i_n, float(self.n[i_n]))
@@ -215,7 +223,7 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise fail("settings", "must be a table")
     allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1],
-               "lower_n_max": None}
+               "lower_n_max": None, "method": "curve"}
     unknown = set(raw) - set(allowed)
     if unknown:
         raise fail(f"settings.{sorted(unknown)[0]}", f"unknown setting (allowed: {', '.join(allowed)})")
@@ -230,6 +238,10 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
         if isinstance(n_max, bool) or not isinstance(n_max, (int, float)) or not n_max >= 1:
             raise fail("settings.lower_n_max", f"must be a number >= 1, got {n_max!r}")
         settings["lower_n_max"] = float(n_max)
+    if settings["method"] not in METHODS:
+        raise fail("settings.method", f"must be one of {', '.join(METHODS)}, got {settings['method']!r}")
+    if settings["method"] == "curve":
+        del settings["method"]  # the default: absent, so specs written before it keep their digest
     every = settings["lower_every"]
     if not (isinstance(every, list) and len(every) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in every)):

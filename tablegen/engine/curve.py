@@ -58,16 +58,38 @@ def eps_curve(mechanism: str | Mechanism, *, eps0: float, n: int, deltas: Sequen
     targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
     ladder = _Ladder(q)
     upper = np.empty_like(targets)
-    low = np.full_like(targets, np.nan)
+    tops = np.empty(targets.size, dtype=np.int64)
     for i in np.argsort(-targets, kind="stable"):  # largest delta (smallest eps) first
-        upper[i], top = ladder.certified(targets[i])
-        if lower and q.lower:
-            low[i] = ladder.lower_bound(targets[i], top)
+        upper[i], tops[i] = ladder.certified(targets[i])
+    low = _lower_values(ladder, targets, tops) if lower else np.full_like(targets, np.nan)
     order = np.argsort(targets, kind="stable")
     upper[order] = np.minimum.accumulate(upper[order])
-    if lower and q.lower:
-        low[order[::-1]] = np.maximum.accumulate(low[order[::-1]])
     return Curve(upper, low, ladder.evaluations, ladder.lower_evaluations)
+
+
+def lower_curve(mechanism: str | Mechanism, *, eps0: float, n: int, deltas: Sequence[float],
+                upper: Sequence[float], lower_resolution: float = LOWER_RESOLUTION, **params: Any) -> np.ndarray:
+    """Lower bounds for every delta below given certified eps ``upper`` (e.g. from a slice):
+    the largest ladder eps below each upper value whose lower-bound delta exceeds delta."""
+    q = Query(mechanism, eps0, n, params, RESOLUTION, lower_resolution, spectral=False)
+    targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
+    ladder = _Ladder(q)
+    # the first ladder index at or above each upper value: every index below it is below upper
+    tops = np.array([min(ladder.top + 1, max(ladder.floor, math.ceil(math.log(u) / math.log(LADDER))))
+                     for u in upper], dtype=np.int64)
+    return _lower_values(ladder, targets, tops)
+
+
+def _lower_values(ladder: _Ladder, targets: np.ndarray, tops: np.ndarray) -> np.ndarray:
+    """Lower bounds below ladder indices ``tops``, made monotone the safe way (NaN: no pair)."""
+    low = np.full_like(targets, np.nan)
+    if not ladder.q.lower:
+        return low
+    for i in np.argsort(-targets, kind="stable"):
+        low[i] = ladder.lower_bound(targets[i], int(tops[i]))
+    order = np.argsort(targets, kind="stable")[::-1]
+    low[order] = np.maximum.accumulate(low[order])
+    return low
 
 
 class _Ladder:

@@ -33,10 +33,8 @@ from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, c
 from tablegen.mechanisms import Mechanism
 
 LADDER = 1.01
-COARSE = 16  # ladder steps between coarse points (ratio 1.17)
-STRIDE = 10  # n values between subsampled ones
+LEVELS = (64, 8, 1)  # rows solved per level: every 64th (whole-ladder bisection), every 8th, all
 FLOOR = 1e-9  # smallest eps tried, relative to eps0
-WIDEN = 8  # coarse steps a failed bracket end is moved by
 FFT_N_MAX = 100_000  # declined evaluations go to the FFT path only up to this n
 
 
@@ -98,48 +96,69 @@ class _Ladder:
         return np.where(np.isnan(out), np.inf, out)  # never NaN: an unknown value certifies nothing
 
     def solve(self, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Certified eps for n-axis indices ``rows`` (each >= 2 users) and every delta."""
-        ok, fail = self._start(rows, targets)
+        """Certified eps for n-axis indices ``rows`` (each >= 2 users) and every delta.
+
+        Level by level (every ``LEVELS[0]``-th row, then every ``LEVELS[1]``-th, then all), each
+        row's bracket is predicted from the rows already solved (ladder position linear in
+        log n) and closed by ``_close``; the first level bisects the whole ladder.
+        """
+        known = np.zeros(0, dtype=np.int64)
+        position = np.zeros((0, targets.size))
+        ok_all = np.zeros((rows.size, targets.size), dtype=np.int64)
+        fail_all = np.zeros_like(ok_all)
+        for stride in LEVELS:
+            level = np.setdiff1d(np.unique(np.append(np.arange(0, rows.size, stride), rows.size - 1)), known)
+            if not level.size:
+                continue
+            if known.size:
+                guess = np.stack([np.interp(np.log(self.ns[rows[level]]), np.log(self.ns[rows[known]]), position[:, d])
+                                  for d in range(targets.size)], axis=1)
+                ok = np.clip(np.floor(guess).astype(np.int64), 0, self.top - 1)
+                fail = ok + 1
+            else:
+                ok, fail = np.zeros((level.size, targets.size), np.int64), np.full((level.size, targets.size), self.top)
+            i = np.repeat(rows[level], targets.size)
+            delta = np.tile(targets, level.size)
+            ok, fail = self._close(i, delta, ok.ravel(), fail.ravel())
+            ok_all[level], fail_all[level] = ok.reshape(-1, targets.size), fail.reshape(-1, targets.size)
+            eps = self._chord(ok, fail, i, delta).reshape(-1, targets.size)
+            known = np.append(known, level)
+            position = np.concatenate([position, np.log(self.q.eps0 / eps) / math.log(LADDER)])
+            order = np.argsort(known)
+            known, position = known[order], position[order]
         i = np.repeat(rows, targets.size)
-        delta = np.tile(targets, rows.size)
-        ok, fail = ok.ravel(), fail.ravel()
-        for _ in range(4 * self.top):
-            ok, fail, done = self._step(i, delta, ok, fail)
-            if done:
-                break
-        d_ok, d_fail = self.values(ok, i), self.values(fail, i)
-        eps = np.array([chord_eps(float(self.eps[f]), float(df), float(self.eps[o]), float(do), float(dl))
-                        if df > dl else float(self.eps[f])  # the floor itself certifies
-                        for o, f, do, df, dl in zip(ok, fail, d_ok, d_fail, delta, strict=True)])
+        eps = self._chord(ok_all.ravel(), fail_all.ravel(), i, np.tile(targets, rows.size))
         return np.minimum(eps, self.q.eps0).reshape(rows.size, targets.size)
 
-    def _start(self, rows: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Initial ladder brackets (certifying index, failing index) from the coarse pass."""
-        sample = np.unique(np.append(rows[::STRIDE], rows[-1]))
-        coarse = np.arange(0, self.top + 1, COARSE)
-        jj, ii = np.meshgrid(coarse, sample, indexing="ij")
-        table = self.values(jj.ravel(), ii.ravel()).reshape(coarse.size, sample.size)
-        passes = table[:, :, None] <= targets[None, None, :]  # (coarse j, sample n, delta)
-        # largest coarse j that certifies (j = 0 always does) and the next coarse point
-        last_ok = coarse.size - 1 - np.argmax(passes[::-1], axis=0)
-        ok_s, fail_s = coarse[last_ok], coarse[np.minimum(last_ok + 1, coarse.size - 1)]
-        pos = np.searchsorted(sample, rows)
-        before = np.clip(np.where(sample[np.minimum(pos, sample.size - 1)] == rows, pos, pos - 1), 0, sample.size - 1)
-        after = np.minimum(pos, sample.size - 1)
-        return ok_s[before], np.maximum(fail_s[after], ok_s[before] + 1)
+    def _chord(self, ok: np.ndarray, fail: np.ndarray, i: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Where the chord through the bracket's upper points meets delta (the floor where the
+        last ladder point itself certifies)."""
+        d_ok, d_fail = self.values(ok, i), self.values(fail, i)
+        return np.array([chord_eps(float(self.eps[f]), float(df), float(self.eps[o]), float(do), float(dl))
+                         if df > dl else float(self.eps[f])
+                         for o, f, do, df, dl in zip(ok, fail, d_ok, d_fail, delta, strict=True)])
 
-    def _step(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
-              fail: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Check both ends (widening those that are wrong), then bisect once."""
-        ok_good = self.values(ok, i) <= delta
-        fail_good = ~(self.values(fail, i) <= delta) | (fail >= self.top)
-        ok = np.where(ok_good, ok, np.maximum(ok - WIDEN * COARSE, 0))
-        fail = np.where(fail_good, fail, np.minimum(fail + WIDEN * COARSE, self.top))
-        settled = ok_good & fail_good
-        mid = (ok + fail) // 2
-        open_ = settled & (fail - ok > 1)
-        if open_.any():
-            mid_ok = self.values(mid[open_], i[open_]) <= delta[open_]
-            ok[open_] = np.where(mid_ok, mid[open_], ok[open_])
-            fail[open_] = np.where(mid_ok, fail[open_], mid[open_])
-        return ok, fail, bool(settled.all() and np.all(fail - ok <= 1))
+    def _close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
+               fail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Move each bracket until delta_up(e_ok) <= delta < delta_up(e_fail) with fail = ok + 1:
+        a wrong end is pushed out by a doubling stride (the failed point becomes the other
+        end), a right bracket is bisected.  fail = top is accepted as failing (the floor)."""
+        grow_ok, grow_fail = np.ones_like(ok), np.ones_like(fail)
+        for _ in range(8 * int(math.log2(self.top + 1)) + 8):
+            ok_good = self.values(ok, i) <= delta
+            fail_good = (fail >= self.top) | ~(self.values(fail, i) <= delta)
+            new_ok = np.where(ok_good, np.where(fail_good, ok, fail), np.maximum(ok - grow_ok, 0))
+            new_fail = np.where(fail_good, np.where(ok_good, fail, ok), np.minimum(fail + grow_fail, self.top))
+            grow_ok = np.where(ok_good, grow_ok, 2 * grow_ok)
+            grow_fail = np.where(fail_good, grow_fail, 2 * grow_fail)
+            ok, fail = new_ok, np.maximum(new_fail, new_ok + 1)
+            settled = ok_good & fail_good
+            open_ = settled & (fail - ok > 1)
+            if open_.any():
+                mid = (ok[open_] + fail[open_]) // 2
+                mid_ok = self.values(mid, i[open_]) <= delta[open_]
+                ok[open_] = np.where(mid_ok, mid, ok[open_])
+                fail[open_] = np.where(mid_ok, fail[open_], mid)
+            if settled.all() and np.all(fail - ok <= 1):
+                return ok, fail
+        raise RuntimeError("slice search did not converge")  # cannot happen: brackets only shrink or grow to the ends

@@ -228,3 +228,41 @@ def test_dry_run_sample_covers_every_stratum_and_reports_a_range() -> None:
     assert figures["sampled_curves"] == 3 and figures["curves_to_compute"] == figures["curves"] == 12
     assert figures["core_hours_low"] <= figures["core_hours"] <= figures["core_hours_high"]
     assert 0 < figures["seconds_min"] <= figures["seconds_per_curve"] <= figures["seconds_max"]
+
+
+def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tmp_path: Path) -> None:
+    from tablegen.engine.curve import lower_curve
+    from tablegen.engine.dense import eps_slice
+
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("lower_every = [1, 2]", 'lower_every = [1, 2]\nmethod = "slice"'))
+    spec = load_spec(path)
+    (tmp_path / "curve.toml").write_text(SPEC)
+    assert spec.method == "slice" and load_spec(tmp_path / "curve.toml").digest() != spec.digest()
+    out = tmp_path / "t.zarr"
+    assert build(spec, out, workers=0, progress=False, log=quiet).computed == 12
+    eps, low = values(out)
+    direct = eps_slice("krr", eps0=2.0, ns=[50, 200, 800], deltas=[1e-6, 1e-3], resolution=4, k=3)
+    np.testing.assert_array_equal(eps[0, 1], direct)
+    lower = lower_curve("krr", eps0=2.0, n=800, deltas=[1e-6, 1e-3], upper=direct[2], lower_resolution=6, k=3)
+    np.testing.assert_array_equal(low[0, 1, 2], lower)
+    assert np.isnan(low[:, :, 1]).all() and (low[:, :, ::2] <= eps[:, :, ::2]).all()
+    assert verify(out, sample=3) == []
+    # a slice with one curve missing is one task recomputing only that curve
+    staging = store.open_staging(tmp_path / "u.zarr", {"spec_sha256": spec.digest(), "engine_version": "1"},
+                                 spec.shape)
+    for r, e, j in spec.curves():
+        if (r, e, j) != (1, 0, 1):
+            store.write_curve(staging, (r, e, j), eps[r, e, j], low[r, e, j])
+    assert build(spec, tmp_path / "u.zarr", workers=0, progress=False, log=quiet).computed == 1
+    again = values(tmp_path / "u.zarr")[0]
+    assert np.allclose(again, eps, rtol=0.015, atol=0)  # curve (1, 0, 1) was recomputed alone
+
+
+def test_unknown_method_is_named() -> None:
+    from tablegen.spec import SpecError, spec_from_dict
+
+    raw = {"axes": {"eps0": [1.0], "n": [10], "delta": [1e-6]}, "settings": {"method": "fast"},
+           "mechanism": [{"family": "generic"}]}
+    with pytest.raises(SpecError, match="settings.method.*curve, slice"):
+        spec_from_dict(raw)
