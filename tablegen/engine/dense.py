@@ -5,11 +5,14 @@ Every eps is taken from one geometric ladder e_j = eps0 * LADDER^-j shared by al
 per-eps work of the spectral path (rounding, tilting, bounds on |psi|, ``spectral.py``) is done
 once per ladder point and reused by every n that needs it.
 
-1. Coarse pass: a subsample of the n axis (every ``STRIDE``-th n and the last) is evaluated on
-   every ``COARSE``-th ladder point, which brackets eps(n, delta) for those n.
-2. Every (n, delta) starts from the brackets of its two subsampled neighbours (eps is
-   non-increasing in n), checks both ends, widens them where they fail, and bisects on the
-   ladder until the bracket is one step wide: delta_up(e_j) <= delta < delta_up(e_{j+1}).
+1. Rows are solved level by level (``LEVELS``): every 64th n of the axis first, by bisection
+   over the whole ladder, then every 8th, then all.  A row of a later level starts from a
+   one-step bracket predicted from the rows already solved (ladder position linear in log n
+   between them), checks both ends, pushes a wrong end out by a doubling stride (the failed
+   point becomes the other end) and bisects until delta_up(e_j) <= delta < delta_up(e_{j+1}):
+   about 2.6 evaluations per (n, delta) on a 100-per-decade axis.
+2. Every evaluation is the spectral path's certified upper bound (``spectral.py``); one it
+   declines goes to the FFT path for n <= ``FFT_N_MAX`` and counts as failing (inf) beyond.
 3. The answer is where the chord through the two evaluated upper points, in (alpha = e^eps,
    delta), meets delta: the exact delta is convex in alpha, so the chord lies above it and the
    answer is certified (DESIGN.md section 3); it is at most e_j, and within about 0.1% of the

@@ -168,8 +168,9 @@ class _Lattice:
         self.var = np.sum(w * dev**2, axis=1)
         self.mu4 = np.sum(w * dev**4, axis=1)
         self.centre = np.round(mean)
-        # error of psi from the tilted weights (exp of lambda x) and of the phases
-        self.psi_err = np.sum(w * (np.abs(lam[:, None] * self.points) + 8.0), axis=1) * 2 * U
+        # error of psi from the tilted weights (exp of lambda x), the phases (cos, sin) and the
+        # sum over the lattice points (sequential summation: (points - 1) U sum w, sum w = 1)
+        self.psi_err = np.sum(w * (np.abs(lam[:, None] * self.points) + 8.0), axis=1) * 2 * U + self.points.shape[1] * U
         self.mgf_err = 4 * U * (np.max(np.abs(lam[:, None] * self.points), axis=1) + 2.0)
 
     def _chernoff_table(self) -> None:
@@ -355,31 +356,38 @@ class _Plan:
         law = self.law
         nodes = self.nodes[idx] + 1
         row = np.repeat(np.arange(idx.size), nodes)
-        b = idx[row]
-        r = self.row[b]
         k = np.arange(row.size) - np.repeat(np.cumsum(nodes) - nodes, nodes)
-        period = self.period[b]
-        kf, periodf = k.astype(float)[:, None], period.astype(float)[:, None]
-        rel = np.mod(law.points[r] - law.centre[r, None], periodf)  # exact: integers below 2^53
-        phase = (2 * np.pi / periodf) * np.mod(kf * rel, periodf)
-        psi = np.sum(law.weights[r] * np.exp(1j * phase), axis=1)
-        n = self.n[b].astype(float)
-        abs_psi = np.maximum(np.abs(psi), 1e-300)
-        log_abs, arg = np.log(abs_psi), np.angle(psi)
-        lam = law.lam[r]
-        first, a0 = self.first[b], self.a0[b]
-        drift = (self.n[b] * law.centre[r].astype(np.int64) - first) % period
-        theta = 2 * np.pi * k / period
-        one_minus_z = -np.expm1(-lam) + 2 * np.exp(-lam) * np.sin(theta / 2) ** 2 + 1j * np.exp(-lam) * np.sin(theta)
-        z = np.exp(-lam) * np.exp(-1j * theta)
-        ghat = np.exp(-lam * a0) * (a0 + (1 - a0) * z) / one_minus_z**2
-        total_phase = n * arg + 2 * np.pi * ((k * drift) % period) / period
-        term = np.exp(n * log_abs) * ghat * np.exp(1j * total_phase) / period
+        # per-pair quantities first, then spread over that pair's nodes
+        pr = self.row[idx]
+        period_p = self.period[idx]
+        rel_p = np.mod(law.points[pr] - law.centre[pr, None], period_p.astype(float)[:, None])  # exact integers
+        period = period_p[row]
+        periodf = period.astype(float)
+        phase = (2 * np.pi / periodf)[:, None] * np.mod(k.astype(float)[:, None] * rel_p[row], periodf[:, None])
+        weights = law.weights[pr][row]
+        re, im = np.einsum("ij,ij->i", weights, np.cos(phase)), np.einsum("ij,ij->i", weights, np.sin(phase))
+        n_p = self.n[idx]
+        n = n_p.astype(float)[row]
+        abs_psi = np.maximum(np.hypot(re, im), 1e-300)
+        log_abs, arg = np.log(abs_psi), np.arctan2(im, re)
+        lam_p = law.lam[pr]
+        decay = np.exp(-lam_p)[row]
+        a0 = self.a0[idx][row]
+        drift = ((n_p * law.centre[pr].astype(np.int64) - self.first[idx]) % period_p)[row]
+        theta = 2 * np.pi * k / periodf
+        sin_t, cos_t = np.sin(theta), np.cos(theta)
+        one_minus_z = (-np.expm1(-lam_p)[row] + 2 * decay * np.sin(theta / 2) ** 2) + 1j * decay * sin_t
+        z = decay * (cos_t - 1j * sin_t)
+        ghat = np.exp(-lam_p * self.a0[idx])[row] * (a0 + (1 - a0) * z) / one_minus_z**2
+        total_phase = n * arg + 2 * np.pi * ((k * drift) % period) / periodf
+        size = np.exp(n * log_abs) / periodf  # |psi|^n / K
+        real = size * (ghat.real * np.cos(total_phase) - ghat.imag * np.sin(total_phase))
         weight = np.where((k == 0) | (2 * k == period), 1.0, 2.0)
-        value = np.bincount(row, weight * term.real, idx.size)
-        rel_err = (n * law.psi_err[r] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
+        value = np.bincount(row, weight * real, idx.size)
+        rel_err = (n * law.psi_err[pr][row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
                    + 16 * U / np.abs(one_minus_z) + 32 * U)
-        fp = FP_SAFETY * np.bincount(row, weight * np.abs(term) * rel_err, idx.size)
+        term_abs = size * np.abs(ghat)
+        fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
         upper = value + fp + self._dropped(idx)
         log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
         log_delta += np.log(law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
