@@ -129,7 +129,12 @@ class _Lattice:
         order = np.argsort(probs)[::-1]
         first = values[:, order[0]]
         gap = np.abs(values[:, order[1]] - first) if probs.size > 1 else np.zeros_like(first)
-        step = sd / (resolution * (HALF_FINER if half else 1.0))
+        # lattice-anchored laws: only users off the heaviest atom (a share ``rare``) carry rounding
+        # noise, at most step^2 / 4 each, so with rare < 1/4 the cells can be 1 / (2 sqrt(rare))
+        # times wider and the noise stays below 1 / (16 resolution^2) of var(S) (k-RR with large k)
+        rare = max(1.0 - float(probs[order[0]]), 1e-300)
+        wider = 1.0 if half else max(1.0, 0.5 / np.sqrt(rare))
+        step = sd * wider / (resolution * (HALF_FINER if half else 1.0))
         divides = gap >= step / 2
         step = np.where(divides, gap / np.ceil(np.where(divides, gap, 1.0) / step), step)
         step = np.where(step > 0, step, 1.0)
