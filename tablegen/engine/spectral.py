@@ -52,8 +52,8 @@ U = 2.0**-53
 TINY = float(np.nextafter(0.0, 1.0))
 FP_SAFETY = 8.0
 TAIL_LOG = 40.0  # Chernoff tails, aliasing and dropped nodes sized to e^-40 of the main term
-MAX_NODES = 4096  # per evaluation; beyond this the FFT path is cheaper
-MAX_ALL_NODES = 4096  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
+MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
+MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
 MAX_PERIOD = 10**9  # k * x mod K stays exact in float64 (k <= MAX_NODES, x < K)
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
 RESOLUTION = 20.0
