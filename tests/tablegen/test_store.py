@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +18,8 @@ from tablegen import store
 from tablegen.build import dataset
 from tablegen.spec import spec_from_dict
 
-SPEC = """
-title = "store test"
-[axes]
-eps0 = [0.1, 1.0]
-n = [10, 100, 1000]
-delta = [1e-6, 1e-3]
-[[mechanism]]
-family = "krr"
-k = [2, 3]
-"""
+SPEC = {"title": "store test", "axes": {"eps0": [0.1, 1.0], "n": [10, 100, 1000], "delta": [1e-6, 1e-3]},
+        "mechanism": [{"family": "krr", "k": [2, 3]}]}
 SHAPE = (2, 2, 3, 2)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32
@@ -68,7 +59,7 @@ def test_overflow_rounds_to_inf_or_the_largest_float() -> None:
 
 
 def table_dataset(eps: np.ndarray, low: np.ndarray) -> xr.Dataset:
-    spec = spec_from_dict(tomllib.loads(SPEC), "store-test")
+    spec = spec_from_dict(SPEC, "store-test")
     return dataset(spec, {"eps": eps, "eps_lower": low}, "test")
 
 
