@@ -226,20 +226,35 @@ def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], ep
                 delta: np.ndarray, eps: np.ndarray, eps_lower: np.ndarray, attrs: dict[str, Any],
                 eps0_monotone: np.ndarray | None = None) -> Table:
     """A Table from raw arrays (eps: mechanism x eps0 x n x delta), surfaces made monotone
-    (along eps0 only for rows that are one randomizer family in eps0)."""
-    eps = np.asarray(eps, dtype=float)
-    if not np.all(np.isfinite(eps)):
+    (along eps0 only for rows that are one randomizer family in eps0), in float64 (a float32
+    store widens exactly).
+
+    The upper surface is capped at its grid eps0: the exact eps never exceeds eps0 (the local
+    guarantee; builds cap there too), and a compact store rounds a capped value up past it.
+    Capping after the running minima gives the same surface as before them (eps0 grows along
+    its axis), and it stays monotone."""
+    eps0 = np.asarray(eps0, float)
+    upper = np.array(eps, dtype=float, order="C")  # copies: the running values are taken in place
+    if not np.all(np.isfinite(upper)):
         raise TableError(f"{path}: refused, eps has missing values")
-    mono = np.ones(eps.shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
+    mono = np.ones(upper.shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
     # upper: min over eps0' >= eps0, n' <= n, delta' <= delta
-    upper = eps.copy()
-    upper[mono] = np.minimum.accumulate(eps[mono][:, ::-1], axis=1)[:, ::-1]
-    upper = np.minimum.accumulate(upper, axis=2)
-    upper = np.minimum.accumulate(upper, axis=3)
+    _running(np.minimum, upper[:, ::-1], mono)
+    np.minimum(upper, eps0[None, :, None, None], out=upper)
     # lower: max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
-    lower = np.asarray(eps_lower, dtype=float).copy()
-    lower[mono] = np.fmax.accumulate(lower[mono], axis=1)
-    lower = np.fmax.accumulate(lower[:, :, ::-1], axis=2)[:, :, ::-1]
-    lower = np.fmax.accumulate(lower[..., ::-1], axis=3)[..., ::-1]
-    return Table(path, families, params, np.asarray(eps0, float), np.asarray(n, float),
-                 np.asarray(delta, float), upper, lower, attrs, mono)
+    lower = np.array(eps_lower, dtype=float, order="C")
+    _running(np.fmax, lower[:, :, ::-1, ::-1], mono)
+    return Table(path, families, params, eps0, np.asarray(n, float), np.asarray(delta, float), upper, lower,
+                 attrs, mono)
+
+
+def _running(ufunc: np.ufunc, surface: np.ndarray, mono: np.ndarray) -> None:
+    """In place: ``ufunc``'s running value along axes 2 and 3 of ``surface`` (a view of a
+    surface, reversed where the rule runs the other way), and along axis 1 in the rows ``mono``."""
+    if mono.all():
+        ufunc.accumulate(surface, axis=1, out=surface)
+    else:
+        for r in np.flatnonzero(mono):
+            ufunc.accumulate(surface[r], axis=0, out=surface[r])
+    ufunc.accumulate(surface, axis=2, out=surface)
+    ufunc.accumulate(surface, axis=3, out=surface)

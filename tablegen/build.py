@@ -151,7 +151,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
              spec.digest()[:12], "curve" if spec.method == "curve" else "slice")
     if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
-    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out)
+    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING)
     store.remove_staging(staging)
     report = Report(total - len(done), len(done), time.perf_counter() - start)
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "

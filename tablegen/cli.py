@@ -399,19 +399,49 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 @click.option("--mechanism", required=True, help="mechanism family to export, e.g. krr")
 @click.option("--k", type=str, default=None, help="only the row with this k (default: every row of the family)")
 @click.option("--g", type=str, default=None, help="only the row with this g")
+@click.option("--eps0", "eps0", type=str, default=None, help="only these grid eps0, comma-separated (e.g. 0.5,1,2)")
+@click.option("--n-min", type=str, default=None, help="smallest n to answer (keeps the grid n at or below it)")
+@click.option("--n-max", type=str, default=None, help="largest n to answer (keeps the grid n at or above it)")
+@click.option("--delta", type=str, default=None,
+              help="deltas to answer, comma-separated (keeps the grid deltas bracketing each)")
 @click.option("--table", default=None, help="source table (default: the shipped one)")
 @click.option("--out", required=True, help="device file to write")
-def export(device: bool, mechanism: str, k: str | None, g: str | None, table: str | None, out: str) -> None:
-    """Export one mechanism family of a table as a device file (float32, rounded up)."""
+@click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
+def export(device: bool, mechanism: str, k: str | None, g: str | None, eps0: str | None, n_min: str | None,
+           n_max: str | None, delta: str | None, table: str | None, out: str, as_json: bool) -> None:
+    """Export one mechanism family of a table, optionally cut to a deployment's eps0, n range and
+    deltas, as a device file (float32, eps rounded up); reports its size, axes and worst slack."""
     from lookup.table import TableError
     from tablegen.export import export_device
 
+    def numbers(name: str, text: str | None) -> list[float] | None:
+        return None if text is None else [_number(name, part.strip()) for part in text.split(",")]
+
     try:
         params = {name: _number(name, value) for name, value in (("k", k), ("g", g)) if value is not None}
-        result = export_device(out, mechanism, params, table)
+        result = export_device(out, mechanism, params, table, eps0=numbers("eps0", eps0),
+                               n_min=None if n_min is None else _number("n_min", n_min),
+                               n_max=None if n_max is None else _number("n_max", n_max),
+                               delta=numbers("delta", delta))
     except (TableError, ValueError) as exc:
         _fail(exc)
-    click.echo(f"wrote {result['file']}: {result['rows']} rows, {result['bytes']} bytes")
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    shape = result["shape"]
+    at = result["worst_slack_at"]
+    click.echo(f"wrote {result['file']}: {result['bytes']} bytes ({result['bytes'] / 1024:.1f} KiB), "
+               f"{shape[0]} x {shape[1]} x {shape[2]} x {shape[3]} (rows x eps0 x n x delta)")
+    click.echo(f"rows: {', '.join(result['rows'])}")
+    click.echo(f"eps0: {', '.join(f'{v:g}' for v in result['eps0'])}")
+    click.echo(f"n: {result['n'][0]:g} to {result['n'][-1]:g} ({len(result['n'])} grid values)")
+    click.echo(f"delta: {', '.join(f'{v:g}' for v in result['delta'])}")
+    if at is None:
+        click.echo("worst slack: none (a single n)")
+    else:
+        click.echo(f"worst slack: {result['worst_slack']:.2%} (an answer between grid n can be this far above the "
+                   f"value at the next larger n; at {at['mechanism']} eps0 {at['eps0']:g}, n {at['n']:g} to "
+                   f"{at['n_next']:g}, delta {at['delta']:g})")
 
 
 if __name__ == "__main__":  # pragma: no cover

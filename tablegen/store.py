@@ -11,9 +11,16 @@ Staging (``OUT.staging/``, next to the output so renames stay on one file system
   written, and a torn chunk is simply recomputed.
 
 Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
-certification settings), chunked per mechanism row, zstd + crc32c on every chunk, metadata
+certification settings), chunked per mechanism row, crc32c on every chunk, metadata
 consolidated once, and ``MANIFEST.sha256`` (``sha256sum -c`` format) over every other file.
 It is written beside ``OUT``, verified, and swapped in with one atomic rename.
+
+Compact variables (``publish(..., compact=CERTIFIED_ROUNDING)``: ``eps`` and ``eps_lower`` of a
+table) are stored as float32 whose mantissa keeps ``MANTISSA_BITS`` bits, rounded in the safe
+direction (``round_float32``: certified eps up, lower bounds down), with only core zarr v3 codecs:
+transpose (n innermost, the smoothest axis), bytes, blosc (zstd, byte shuffle: the zeroed low
+mantissa bytes and the slowly varying exponent bytes become long runs), crc32c.  Any zarr v3
+reader decodes plain floats; nothing else is needed.  Other variables: zstd + crc32c.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import ctypes
 import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import warnings
@@ -35,6 +43,13 @@ from lookup.table import MANIFEST, manifest_mismatches, read_manifest, store_fil
 
 CELLS = "cells.zarr"
 VARIABLES = ("eps", "eps_lower")
+CERTIFIED_ROUNDING = {"eps": True, "eps_lower": False}  # variable -> rounded up (True) or down
+# 12 of float32's 23 mantissa bits: a certified eps moves up by less than 2^-12 = 0.024% of itself
+# (a tenth of the engine's 0.2% ladder step), and the store is half the size of plain float32
+# (bench/store_bench.py, docs/tables.md)
+MANTISSA_BITS = 12
+FLOAT32_BITS = 23
+N_INNERMOST = (0, 3, 1, 2)  # chunk (mechanism, eps0, n, delta) encoded as (mechanism, delta, eps0, n)
 
 
 class StoreError(ValueError):
@@ -168,19 +183,80 @@ def check_replaceable(out: str | Path) -> None:
         raise StoreError(f"{out} exists and is not a published table (no {MANIFEST}); choose another --out")
 
 
-def publish(dataset: Any, out: str | Path) -> None:
-    """Write ``dataset`` beside ``out``, add the manifest, verify, and swap it in atomically."""
-    from zarr.codecs import Crc32cCodec, ZstdCodec
+def round_float32(values: np.ndarray, up: bool, bits: int = FLOAT32_BITS) -> np.ndarray:
+    """float32 values with ``bits`` mantissa bits, >= (``up``) or <= (not ``up``) the float64 ones.
 
+    The result is the nearest such value in the asked direction, so it never crosses the input
+    the unsafe way: for a value x in the normal float32 range it is less than 2^-bits * |x|
+    away.  First the float32 cast, moved one step with ``nextafter`` where it went the wrong
+    way (``astype`` rounds to nearest, i.e. about half of the values down); then the low
+    23 - bits mantissa bits are cleared, and where any was set and the direction is away
+    from zero (up for x > 0, down for x < 0) the bit pattern goes up by 2^(23 - bits): for
+    floats of one sign consecutive patterns are consecutive values, so this is the next value
+    of the coarser grid (carrying into the exponent at a power of two, to inf beyond the
+    largest float, both still the safe way).  NaN, +-inf and +-0 are unchanged.
+    """
+    if not 0 <= bits <= FLOAT32_BITS:
+        raise ValueError(f"bits must be in [0, {FLOAT32_BITS}], got {bits}")
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore"):  # beyond the float32 range: inf (moved back below when rounding down)
+        single = values.astype("<f4")
+        widened = single.astype(np.float64)
+        wrong = widened < values if up else widened > values
+        single[wrong] = np.nextafter(single[wrong], np.float32(np.inf if up else -np.inf))
+    pattern = single.view("<u4")
+    low = np.uint32((1 << (FLOAT32_BITS - bits)) - 1)
+    finite = np.isfinite(single)
+    away = finite & ((pattern & low) != 0) & ((single > 0) == up)
+    pattern[finite] &= ~low
+    pattern[away] += low + np.uint32(1)
+    return single
+
+
+def compact(dataset: Any, rounding: dict[str, bool], bits: int = MANTISSA_BITS) -> Any:
+    """``dataset`` with each variable of ``rounding`` as float32 rounded to ``bits`` mantissa bits
+    (up where True, down where False: ``round_float32``), the rounding stated in its attributes."""
+    out = dataset.copy()
+    for name, up in rounding.items():
+        var = dataset[name]
+        way, side = ("up", ">=") if up else ("down", "<=")
+        out[name] = var.copy(data=round_float32(var.values, up, bits))
+        out[name].attrs.update({
+            "quantization": f"float32 with {bits} mantissa bits, each value rounded {way} from the computed float64 "
+                            f"(decoded {side} it, by less than 2^-{bits} of it); NaN, inf and 0 kept",
+            "quantization_bits": bits,
+            "quantization_rounding": way,
+            "quantization_max_relative_cost": 2.0 ** -bits,
+        })
+    return out
+
+
+def _encoding(var: Any, compacted: bool) -> dict[str, Any]:
+    """Chunks per mechanism row; compact variables float32 through transpose + blosc, others zstd."""
+    from zarr.codecs import BloscCodec, Crc32cCodec, TransposeCodec, ZstdCodec
+
+    chunks = (1, *var.shape[1:]) if var.dims and var.dims[0] == "mechanism" and var.ndim > 1 else var.shape
+    if not compacted:
+        return {"compressors": [ZstdCodec(level=9), Crc32cCodec()], "chunks": chunks}
+    # one blosc block per chunk (blosc's default block of a few hundred kB compresses ~30% worse)
+    blosc = BloscCodec(cname="zstd", clevel=6, shuffle="shuffle", typesize=4, blocksize=4 * math.prod(chunks))
+    filters = [TransposeCodec(order=N_INNERMOST)] if var.ndim == len(N_INNERMOST) else []
+    return {"dtype": "float32", "filters": filters, "compressors": [blosc, Crc32cCodec()], "chunks": chunks}
+
+
+def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
+            bits: int = MANTISSA_BITS) -> None:
+    """Write ``dataset`` beside ``out``, add the manifest, verify, and swap it in atomically;
+    the variables of ``compact_variables`` are written compact (``compact`` with ``bits``)."""
     out = Path(out)
     check_replaceable(out)
     for stale in [*out.parent.glob(f"{out.name}.publish-*"), *out.parent.glob(f"{out.name}.old-*")]:
         shutil.rmtree(stale)  # left by an interrupted publish
     tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
-    encoding = {}
-    for name, var in dataset.variables.items():
-        chunks = (1, *var.shape[1:]) if var.dims and var.dims[0] == "mechanism" and var.ndim > 1 else var.shape
-        encoding[name] = {"compressors": [ZstdCodec(level=9), Crc32cCodec()], "chunks": chunks}
+    compacted = compact_variables or {}
+    if compacted:
+        dataset = compact(dataset, compacted, bits)
+    encoding = {name: _encoding(var, name in compacted) for name, var in dataset.variables.items()}
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not (yet) in the v3 spec; we consolidate on purpose
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)

@@ -40,7 +40,7 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     if missing:
         return [f"{path}: not a tablegen table (no {', '.join(missing)})"]
     eps, low = ds["eps"].values, ds["eps_lower"].values
-    eps0 = ds["eps0"].values[None, :, None, None]
+    eps0 = stored_like(ds, "eps", ds["eps0"].values)[None, :, None, None]  # eps = eps0 stored rounded up
     if not np.all(np.isfinite(eps)):
         problems.append("eps: missing (NaN) values")
     if np.any(eps > eps0):
@@ -72,6 +72,16 @@ def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN00
     return problems
 
 
+def stored_like(ds, name: str, values: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """``values`` rounded as variable ``name`` of ``ds`` was when stored (its ``quantization_*``
+    attributes; unchanged for a float64 store)."""
+    attrs = ds[name].attrs
+    if "quantization_bits" not in attrs:
+        return np.asarray(values, dtype=float)
+    up = attrs["quantization_rounding"] == "up"
+    return store.round_float32(values, up, int(attrs["quantization_bits"])).astype(float)
+
+
 def _recompute(ds, cell: tuple[int, int, int], settings: dict) -> list[str]:  # noqa: ANN001
     r, e, n = cell
     method = settings.get("method", "curve")
@@ -85,8 +95,10 @@ def _recompute(ds, cell: tuple[int, int, int], settings: dict) -> list[str]:  # 
     label = f"{ds['mechanism'].values[r]} eps0={task.eps0:g} n={task.ns[0]}"
     problems = []
     for name, got, want in zip(store.VARIABLES, stored, live, strict=True):
+        want = stored_like(ds, name, want)  # on the building machine: equal bit for bit
         both_nan = np.isnan(got) & np.isnan(want)
-        close = np.isclose(got, want, rtol=rtol, atol=0.0) | both_nan
+        tolerance = rtol + 2.0 ** -ds[name].attrs.get("quantization_bits", 52)  # plus one quantum
+        close = np.isclose(got, want, rtol=tolerance, atol=0.0) | both_nan
         if not np.all(close):
             i = int(np.argmin(close))
             problems.append(f"{label} delta={task.deltas[i]:g}: stored {name}={got[i]!r}, live {want[i]!r}")

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import lookup
 from lookup.device import read_device
-from tablegen.export import export_device, round_float32
+from tablegen.export import export_device
+from tablegen.store import round_float32
 
 FLOATS = st.floats(1e-30, 30.0, allow_subnormal=False)
 
@@ -78,3 +79,108 @@ def test_tampered_device_header_is_refused(table_path: Path, tmp_path: Path) -> 
     device.write_bytes(data)
     with pytest.raises(lookup.TableError, match="do not match their SHA-256"):
         lookup.open_table(device)
+
+
+# --- device files cut to a deployment -------------------------------------------------------
+
+CUT_SPEC = {
+    "title": "synthetic dense table",
+    "axes": {"eps0": [0.25, 0.5, 1.0, 2.0, 4.0], "n": {"start": 1e2, "stop": 1e9, "per_decade": 100},
+             "delta": np.geomspace(1e-12, 1e-3, 25).tolist()},
+    "mechanism": [{"family": "krr", "k": [3, 10]}],
+}
+
+
+@pytest.fixture(scope="module")
+def dense_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compact table at the dense table's n density (100 per decade, 1e2..1e9) with smooth
+    synthetic values (a closed form shaped like eps: up in eps0, down in n and delta)."""
+    from tablegen import store
+    from tablegen.build import dataset
+    from tablegen.spec import spec_from_dict
+
+    spec = spec_from_dict(CUT_SPEC, "cut-test")
+    e0, n, d = np.meshgrid(spec.eps0, spec.n.astype(float), spec.delta, indexing="ij")
+    eps = np.minimum(e0, 4 * np.sqrt(np.expm1(e0) * np.log(4 / d) / n))
+    eps = np.stack([eps, 1.1 * eps])
+    out = tmp_path_factory.mktemp("dense") / "dense.zarr"
+    store.publish(dataset(spec, {"eps": eps, "eps_lower": 0.99 * eps}, "test"), out, store.CERTIFIED_ROUNDING)
+    return out
+
+
+def test_cut_has_the_size_of_its_shape_and_answers_as_the_table(dense_path: Path, tmp_path: Path) -> None:
+    device = tmp_path / "krr10.dev"
+    asked = [1e-10, 1e-8, 1e-6, 1e-4]
+    report = export_device(device, "krr", {"k": 10}, str(dense_path), eps0=[0.5, 1, 2], n_min=1e3, n_max=1e9,
+                           delta=asked)
+    full = lookup.open_table(dense_path)
+    grid_delta = full.delta.tolist()
+    # kept deltas: an asked delta on the grid (1e-6 here), else the two grid deltas around it
+    brackets = sorted({g for a in asked for g in ([a] if a in grid_delta else [
+        max(x for x in grid_delta if x < a), min(x for x in grid_delta if x > a)])})
+    assert report["delta"] == brackets and len(brackets) == 7
+    assert report["eps0"] == [0.5, 1.0, 2.0] and report["n"][0] == 1000 and report["n"][-1] == 1e9
+    assert len(report["n"]) == 601 and report["shape"] == [1, 3, 601, 7]
+    # magic, header length, header, then float32 upper and lower surfaces
+    assert report["bytes"] == device.stat().st_size == 8 + 4 + report["header_bytes"] + 2 * 4 * 3 * 601 * 7
+    assert report["bytes"] < 256 * 1024
+    rng = np.random.default_rng(5)
+    eps0 = rng.choice([0.5, 1.0, 2.0], 300)
+    n = np.round(10 ** rng.uniform(3, 9, 300))
+    delta = np.concatenate([rng.choice(asked, 150), rng.uniform(brackets[0], brackets[1], 150)])
+    want = lookup.eps("krr", eps0=eps0, n=n, delta=delta, table=dense_path, live=False, k=10)
+    got = lookup.eps("krr", eps0=eps0, n=n, delta=delta, table=str(device), live=False, k=10)
+    np.testing.assert_array_equal(got.value, want.value)
+    np.testing.assert_array_equal(got.lower, want.lower)
+    reader = read_device(str(device))
+    for i in range(0, 300, 7):
+        assert reader.eps({"k": 10}, eps0[i], n[i], delta[i]) == pytest.approx(want.value[i], rel=1e-12)
+    # between kept eps0 the file rounds up to the next kept value: never below the table
+    between = lookup.eps("krr", eps0=0.75, n=n, delta=1e-8, table=str(device), live=False, k=10)
+    assert np.all(between.value >= lookup.eps("krr", eps0=0.75, n=n, delta=1e-8, table=dense_path,
+                                              live=False, k=10).value)
+
+
+def test_cut_reports_its_worst_slack_along_n(dense_path: Path, tmp_path: Path) -> None:
+    report = export_device(tmp_path / "x.dev", "krr", {}, str(dense_path), eps0=[4], n_min=2e4, n_max=3e4,
+                           delta=[1e-6])
+    full = lookup.open_table(dense_path)
+    e = full.eps0.tolist().index(4.0)
+    j = [full.n.tolist().index(v) for v in report["n"]]
+    d = [full.delta.tolist().index(v) for v in report["delta"]]
+    assert report["n"][0] <= 2e4 < report["n"][1] and report["n"][-2] < 3e4 <= report["n"][-1]
+    worst = max(float(np.float32(full.upper[r, e, a, dd])) / float(np.float32(full.upper[r, e, b, dd])) - 1
+                for r in (0, 1) for a, b in zip(j, j[1:], strict=False) for dd in d)
+    assert report["worst_slack"] == pytest.approx(worst, rel=1e-6) and 0 < worst < 0.05
+    assert report["worst_slack_at"]["n_next"] > report["worst_slack_at"]["n"]
+
+
+def test_cut_refuses_what_it_cannot_answer(dense_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "x.dev"
+    with pytest.raises(ValueError, match=r"eps0=0\.3 is not an eps0 of the table; its eps0 grid: 0\.25, 0\.5, 1\.0"):
+        export_device(out, "krr", {}, str(dense_path), eps0=[0.5, 0.3])
+    with pytest.raises(ValueError, match="n_min=50 is below the table's smallest n"):
+        export_device(out, "krr", {}, str(dense_path), n_min=50)
+    with pytest.raises(ValueError, match="n_min must be <= n_max"):
+        export_device(out, "krr", {}, str(dense_path), n_min=1e6, n_max=1e5)
+    with pytest.raises(ValueError, match="delta=1e-13 is below the table's smallest delta"):
+        export_device(out, "krr", {}, str(dense_path), delta=[1e-13])
+    assert not out.exists()
+
+
+def test_export_cli_reports_size_axes_and_slack(dense_path: Path, tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tablegen.cli import main
+
+    args = ["export", "--device", "--mechanism", "krr", "--k", "3", "--eps0", "0.5,1", "--n-min", "1e4",
+            "--n-max", "1e5", "--delta", "1e-8", "--table", str(dense_path), "--out", str(tmp_path / "c.dev")]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0, text.output
+    assert "bytes" in text.output and "worst slack:" in text.output and "eps0: 0.5, 1" in text.output
+    report = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert report["shape"] == [1, 2, 101, 2] and report["bytes"] == (tmp_path / "c.dev").stat().st_size
+    bad = CliRunner().invoke(main, [*args[:-2], "--eps0", "0.3", "--out", str(tmp_path / "d.dev")])
+    assert bad.exit_code == 2 and "eps0=0.3 is not an eps0" in bad.output

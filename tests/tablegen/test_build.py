@@ -76,8 +76,11 @@ def test_build_equals_the_engine_cell_by_cell(spec_path: Path, tmp_path: Path) -
     ]:
         direct = eps_curve(family, eps0=eps0, n=n, deltas=[1e-6, 1e-3], lower=j % 2 == 0,
                            resolution=4, lower_resolution=6, **params)
-        np.testing.assert_array_equal(eps[r, e, j], direct.upper)
-        np.testing.assert_array_equal(low[r, e, j], direct.lower)
+        # stored compact: the engine's value rounded up (lower bounds down) to 12 mantissa bits
+        np.testing.assert_array_equal(eps[r, e, j], store.round_float32(direct.upper, True, store.MANTISSA_BITS))
+        np.testing.assert_array_equal(low[r, e, j], store.round_float32(direct.lower, False, store.MANTISSA_BITS))
+        assert np.all(eps[r, e, j] >= direct.upper) and np.all(eps[r, e, j] < direct.upper * (1 + 2.0 ** -12))
+    assert eps.dtype == low.dtype == np.float32 and not np.any(eps.view(np.uint32) & 0x7FF)
     assert np.isnan(low[:, :, 1]).all() and not np.isnan(low[:, :, 0]).any()
     assert verify(out, sample=2) == []
     assert not store.staging_path(out).exists()
@@ -101,6 +104,19 @@ def test_verify_catches_tampering_and_corrupted_chunks(spec_path: Path, tmp_path
     shutil.rmtree(out / "eps_lower")
     assert any("missing" in p for p in verify(out))
     assert verify(tmp_path / "absent.zarr") == [f"{tmp_path / 'absent.zarr'}: no such table"]
+
+
+def test_verify_recomputes_against_the_stored_rounding(spec_path: Path, tmp_path: Path) -> None:
+    import zarr
+
+    out = tmp_path / "t.zarr"
+    build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
+    assert verify(out, sample=12) == []  # every curve: the engine's value rounded as stored, bit for bit
+    eps = zarr.open_array(out / "eps", mode="r+")
+    eps[0, 1, 2, 0] = eps[0, 1, 2, 0] * np.float32(1.01)  # re-encoded through the store's codecs
+    store.write_manifest(out)  # checksums match again: only the recomputation can see it
+    problems = verify(out, sample=12)
+    assert len(problems) == 1 and "krr k=3 eps0=2 n=800 delta=1e-06: stored eps=" in problems[0]
 
 
 def test_sigkill_then_resume_gives_the_identical_table(spec_path: Path, tmp_path: Path) -> None:

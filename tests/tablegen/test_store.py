@@ -1,0 +1,107 @@
+"""The compact published store: float32 with 12 mantissa bits, certified eps rounded up and lower
+bounds down, as decoded by xarray and by the lookup; float64 stores still read."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookup.table import open_store, open_table
+from tablegen import store
+from tablegen.build import dataset
+from tablegen.spec import spec_from_dict
+
+SPEC = {"title": "store test", "axes": {"eps0": [0.1, 1.0], "n": [10, 100, 1000], "delta": [1e-6, 1e-3]},
+        "mechanism": [{"family": "krr", "k": [2, 3]}]}
+SHAPE = (2, 2, 3, 2)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32
+
+
+def reference(x: float, bits: int, up: bool) -> float:
+    """The nearest float with ``bits`` mantissa bits above (``up``) or below x, for x in the
+    normal float32 range: x lies in [2^(e-1), 2^e), where that grid has step 2^(e-1-bits)."""
+    step = math.ldexp(1.0, math.frexp(abs(x))[1] - 1 - bits)
+    return (math.ceil(x / step) if up else math.floor(x / step)) * step  # exact: powers of two
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.integers(0, 23), st.booleans())
+def test_rounding_direction_and_tightness(x: float, bits: int, up: bool) -> None:
+    got = float(store.round_float32(np.array([x]), up, bits)[0])
+    if math.isnan(x):
+        assert math.isnan(got)
+        return
+    assert (got >= x) if up else (got <= x)
+    if math.isinf(x) or x == 0:
+        assert got == x
+    pattern = int(np.array([got], dtype=np.float32).view(np.uint32)[0])
+    assert pattern & ((1 << (23 - bits)) - 1) == 0 or math.isinf(got)
+    if FLOAT32_TINY <= abs(x) < FLOAT32_MAX / 2:
+        assert got == reference(x, bits, up)
+        assert abs(got - x) < 2.0 ** -bits * abs(x)
+
+
+def test_overflow_rounds_to_inf_or_the_largest_float() -> None:
+    x = np.array([1e300, -1e300, FLOAT32_MAX * (1 + 1e-9)])
+    largest_12_bits = (2 - 2.0 ** -12) * 2.0 ** 127
+    assert store.round_float32(x, True, 12).tolist() == [math.inf, -largest_12_bits, math.inf]
+    assert store.round_float32(x, False, 23).tolist() == [FLOAT32_MAX, -math.inf, FLOAT32_MAX]
+    with pytest.raises(ValueError, match="bits must be in"):
+        store.round_float32(x, True, 24)
+
+
+def table_dataset(eps: np.ndarray, low: np.ndarray) -> xr.Dataset:
+    spec = spec_from_dict(SPEC, "store-test")
+    return dataset(spec, {"eps": eps, "eps_lower": low}, "test")
+
+
+VALUES = st.one_of(st.floats(0, 10), st.floats(1e-12, 1e-3), st.sampled_from([0.0, math.inf, math.nan]))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.lists(VALUES, min_size=2 * math.prod(SHAPE), max_size=2 * math.prod(SHAPE)))
+def test_decoded_store_never_crosses_the_float64_values(values: list[float]) -> None:
+    eps, low = np.array(values).reshape(2, *SHAPE)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "t.zarr"
+        store.publish(table_dataset(eps, low), out, store.CERTIFIED_ROUNDING)
+        with xr.open_zarr(out) as ds:
+            decoded = [(ds["eps"].values, ds["eps_lower"].values)]
+            assert ds["eps"].attrs["quantization_bits"] == 12 and ds["eps"].attrs["quantization_rounding"] == "up"
+            assert ds["eps_lower"].attrs["quantization_rounding"] == "down"
+        # what the lookup reads: the same bytes through its verified in-memory zarr group
+        decoded.append(open_store(out, lambda _, group: (group["eps"][...], group["eps_lower"][...]), ""))
+    for got_eps, got_low in decoded:
+        assert got_eps.dtype == got_low.dtype == np.float32
+        for got, want, up in ((got_eps, eps, True), (got_low, low, False)):
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            ok = np.isnan(want) | ((got >= want) if up else (got <= want))
+            assert ok.all()
+            assert np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
+            assert np.all(got[want == 0] == 0)
+            finite = (want >= FLOAT32_TINY) & (want < FLOAT32_MAX)  # the normal float32 range
+            assert np.all(np.abs(got[finite] - want[finite]) < 2.0 ** -12 * want[finite])
+
+
+def test_float64_store_still_opens_and_compact_answers_match(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    eps0 = np.array([0.1, 1.0])[None, :, None, None]
+    eps = np.minimum(eps0 * rng.uniform(0.05, 1.5, SHAPE), eps0)
+    eps[:, :, 0] = eps0[:, :, 0]  # the plateau at the smallest n: eps = eps0 = 0.1 rounds up past 0.1
+    low = eps * rng.uniform(0.9, 1.0, SHAPE)
+    store.publish(table_dataset(eps, low), tmp_path / "old.zarr")  # the float64 form (tables before)
+    store.publish(table_dataset(eps, low), tmp_path / "new.zarr", store.CERTIFIED_ROUNDING)
+    old, new = open_table(tmp_path / "old.zarr"), open_table(tmp_path / "new.zarr")
+    with xr.open_zarr(tmp_path / "old.zarr") as ds:
+        assert ds["eps"].dtype == np.float64 and np.array_equal(ds["eps"].values, eps)
+    assert np.all(new.upper >= old.upper) and np.all(new.upper < old.upper * (1 + 2.0 ** -12))
+    assert np.all(new.upper <= eps0)  # a value rounded up past its eps0 is capped back at load
+    assert np.all(np.nan_to_num(new.lower) <= np.nan_to_num(old.lower))
