@@ -47,7 +47,7 @@ def eps_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], del
     q = Query(mechanism, eps0, 1, params, resolution)
     n_axis = np.array([validate.integer_at_least("n", n, 1) for n in ns], dtype=np.int64)
     targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
-    if q.mechanism.extra_delta is not None or any(d.c.size > SPECTRAL_COMPONENTS for d in q.upper):
+    if q.extra_delta(0.0) > 0 or any(d.c.size > SPECTRAL_COMPONENTS for d in q.upper):  # delta0 > 0: per n
         return _per_n(q, n_axis, targets, params)
     ladder = _Ladder(q, n_axis, resolution)
     out = np.full((n_axis.size, targets.size), q.eps0)
