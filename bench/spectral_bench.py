@@ -1,9 +1,10 @@
 """Spectral path against the FFT path, in one run: one evaluation, one certified eps, one slice.
 
-    python bench/spectral_bench.py [--slice-per-decade 10] [--quick]
+    python bench/spectral_bench.py [--slice-per-decade 10] [--slice-deltas 25] [--slice-resolution 20] [--quick]
 
 Prints markdown tables.  'FFT' forces the FFT path for every evaluation (the previous engine's
-method, same search); times are wall-clock on one process, after a warm-up.
+method, same search); times are CPU seconds of this process (``time.process_time``, robust to
+other load on the machine), after a warm-up.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ ROWS = [("krr", {"k": 10}, 1.0), ("generic", {}, 1.0), ("rappor", {}, 2.0), ("la
 
 def _timed(func, repeat: int = 3) -> tuple[float, object]:
     func()
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(repeat):
         out = func()
-    return (time.perf_counter() - start) / repeat, out
+    return (time.process_time() - start) / repeat, out
 
 
 def evaluations(ns: list[int]) -> None:
@@ -72,30 +73,38 @@ def queries(ns: list[int], delta: float = 1e-8) -> None:
             print(f"| {name} | {n:.0e} | {b.upper:.6g} | {fft} | {rel} | {tq * 1e3:.0f} | {tf_ms} | {tc * 1e3:.1f} |")
 
 
-def slices(per_decade: int) -> None:
+SLICE_ROWS = [("krr", {"k": 2}, 1.0), ("krr", {"k": 10}, 1.0), ("krr", {"k": 1024}, 0.5), ("generic", {}, 1.0),
+              ("rappor", {}, 2.0), ("oue", {}, 1.0), ("hr", {}, 4.0), ("laplace", {}, 1.0)]
+
+
+def slices(per_decade: int, count: int, resolution: float) -> None:
     ns = np.unique(np.round(np.geomspace(1e2, 1e9, 7 * per_decade + 1)).astype(np.int64))
-    deltas = np.geomspace(1e-12, 1e-3, 25)
-    print(f"\n### One slice: {ns.size} n (1e2..1e9) x {deltas.size} deltas (1e-12..1e-3), upper bounds\n")
-    print("| mechanism | eps0 | seconds | per n-curve s | eps(1e6, 1e-8-ish) |")
+    deltas = np.geomspace(1e-12, 1e-3, count)
+    print(f"\n### One slice: {ns.size} n (1e2..1e9) x {deltas.size} deltas (1e-12..1e-3), upper bounds, "
+          f"resolution {resolution:g}\n")
+    print("| mechanism | eps0 | CPU seconds | per n-curve s | eps(1e6, 1e-8-ish) |")
     print("|---|---|---|---|---|")
-    for name, params, eps0 in ROWS:
-        start = time.perf_counter()
-        values = eps_slice(name, eps0=eps0, ns=ns, deltas=deltas, **params)
-        took = time.perf_counter() - start
+    for name, params, eps0 in SLICE_ROWS:
+        start = time.process_time()
+        values = eps_slice(name, eps0=eps0, ns=ns, deltas=deltas, resolution=resolution, **params)
+        took = time.process_time() - start
         i, j = int(np.searchsorted(ns, 10**6)), int(np.searchsorted(deltas, 1e-8))
-        print(f"| {name} | {eps0} | {took:.1f} | {took / ns.size:.3f} | {values[min(i, ns.size - 1), j]:.6g} |")
+        print(f"| {name} {params or ''} | {eps0} | {took:.1f} | {took / ns.size:.3f} | "
+              f"{values[min(i, ns.size - 1), j]:.6g} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--slice-per-decade", type=int, default=10)
+    parser.add_argument("--slice-deltas", type=int, default=25)
+    parser.add_argument("--slice-resolution", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="fewer n, no slices")
     args = parser.parse_args()
     ns = [10**4, 10**6] if args.quick else [10**4, 10**6, 10**8, 10**9]
     evaluations(ns)
     queries(ns)
     if not args.quick:
-        slices(args.slice_per_decade)
+        slices(args.slice_per_decade, args.slice_deltas, args.slice_resolution)
 
 
 if __name__ == "__main__":

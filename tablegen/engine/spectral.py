@@ -358,6 +358,18 @@ class _Plan:
     def evaluate(self, idx: np.ndarray) -> np.ndarray:
         if self.zero[idx].all():
             return np.zeros(idx.size)
+        value, err = self.parseval(idx)
+        upper = value + err
+        log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
+        log_delta += np.log(self.law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
+        with np.errstate(over="ignore"):
+            # never 0 for a positive expectation: an underflow is replaced by the smallest float
+            return np.where(self.zero[idx], 0.0, np.maximum(np.exp(log_delta) * (1 + 1e-9), TINY))
+
+    def parseval(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """T of step 3 for pairs ``idx`` (summed over the live nodes) and a bound on its error,
+        floating point (step 5) plus dropped nodes (step 4): the exact K-periodised expectation
+        lies within T +- error."""
         law = self.law
         nodes = self.nodes[idx] + 1
         row = np.repeat(np.arange(idx.size), nodes)
@@ -393,12 +405,7 @@ class _Plan:
                    + 16 * U / np.abs(one_minus_z) + 32 * U)
         term_abs = size * np.abs(ghat)
         fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
-        upper = value + fp + self._dropped(idx)
-        log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
-        log_delta += np.log(law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
-        with np.errstate(over="ignore"):
-            # never 0 for a positive expectation: an underflow is replaced by the smallest float
-            return np.where(self.zero[idx], 0.0, np.maximum(np.exp(log_delta) * (1 + 1e-9), TINY))
+        return value, fp + self._dropped(idx)
 
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
