@@ -27,6 +27,7 @@ import numpy as np
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition
+from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
@@ -123,9 +124,7 @@ class Query:
         if not self.spectral or self.n == 1 or d.c.size > SPECTRAL_COMPONENTS:
             return np.array([delta_of_decomposition(d, float(e), self.n, resolution=self.resolution) for e in eps])
         out = spectral.delta_upper(d, eps, np.full(eps.shape, self.n), self.resolution)
-        for i in np.flatnonzero(np.isnan(out)):  # the spectral path declined: FFT
-            out[i] = delta_of_decomposition(d, float(eps[i]), self.n, resolution=self.resolution)
-        return out
+        return _fft_where_declined(out, eps, lambda e: delta_of_decomposition(d, e, self.n, resolution=self.resolution))
 
     def delta_is_zero(self, eps: np.ndarray | float) -> np.ndarray | bool:
         """Where delta is exactly 0: eps >= eps0 for an eps0-LDP randomizer (no extra delta term)."""
@@ -139,10 +138,35 @@ class Query:
     def delta_lower(self, eps: float) -> float | None:
         if not self.lower:
             return None
-        return max(self.delta_of_lower_pair(i, eps) for i in range(len(self.lower)))
+        return float(self.delta_lower_many(np.array([eps]))[0])
+
+    def delta_lower_many(self, eps: np.ndarray) -> np.ndarray:
+        """Lower bound on delta at each eps: the largest over the lower-bound pairs, each on the
+        spectral path (``lower.py``) where it answers, else on the FFT path.  A pair whose
+        evaluation is declined is skipped where its upper bound cannot reach the largest lower
+        bound of the others (it cannot change the maximum)."""
+        eps = np.asarray(eps, dtype=float)
+        fast = self.spectral and self.n > 1
+        values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n))
+                  if fast and d.c.size <= SPECTRAL_COMPONENTS else np.full(eps.shape, np.nan) for d in self.lower]
+        best = np.max(np.nan_to_num(values, nan=0.0), axis=0)
+        for i, (d, out) in enumerate(zip(self.lower, values, strict=True)):
+            declined = np.isnan(out)
+            if fast and declined.any() and d.c.size <= SPECTRAL_COMPONENTS:
+                reach = spectral_lower.chernoff_upper(d, eps[declined], self.n)
+                out[np.flatnonzero(declined)[reach < best[declined]]] = 0.0  # cannot be the largest
+            _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))
+        return np.max(values, axis=0)
 
     def delta_of_lower_pair(self, index: int, eps: float) -> float:
         return delta_of_decomposition(self.lower[index], eps, self.n, False, self.lower_resolution)
+
+
+def _fft_where_declined(out: np.ndarray, eps: np.ndarray, fft: Callable[[float], float]) -> np.ndarray:
+    """``out`` with its NaN entries (evaluations the spectral path declined) from the FFT path."""
+    for i in np.flatnonzero(np.isnan(out)):
+        out[i] = fft(float(eps[i]))
+    return out
 
 
 def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, lower: bool = True,
@@ -282,44 +306,34 @@ def chord_eps(a: float, da: float, b: float, db: float, delta: float) -> float:
 
 
 def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
-    """Lower end of a bracket of the lower-bound curve's crossing of delta (0 if none)."""
+    """Lower end a of a bracket [a, b] of the lower-bound curve's crossing of delta (0 if none).
 
-    def excess(eps: float) -> float:
-        return _log_ratio(q.delta_lower(eps) or 0.0, delta)
-
-    start = max(eps_upper * (1 - 1e-3), q.eps0 * 1e-9)
-    bracket = _bracket(excess, start, floor=q.eps0 * 1e-9, ceiling=q.eps0)
-    if bracket is None:
-        return 0.0
-    a, fa, b, fb = bracket
-    return shrink_bracket(excess, a, fa, b, fb, rtol)[0]
-
-
-def _bracket(
-    excess: Callable[[float], float], guess: float, floor: float, ceiling: float
-) -> tuple[float, float, float, float] | None:
-    """(a, f(a), b, f(b)) with f(a) > 0 >= f(b) found by growing steps from ``guess``.
-
-    None when f <= 0 already at ``floor``.  f(ceiling) <= 0 is assumed (delta(eps0) = 0).
+    delta_low(a) > delta proves exact delta(a) > delta, so the exact eps(delta) is above a
+    (delta is non-increasing); b = eps_upper needs no evaluation (delta_low <= delta_up <= delta
+    there).  Rounds of SEARCH_POINTS evaluations at once: first at fixed relative distances below
+    eps_upper, then geometrically further down until the curve is above delta, then inside the
+    bracket, until it is narrower than rtol.
     """
-    fx = excess(guess)
-    step = 0.003
-    x = guess
-    if fx > 0:
-        while True:
-            nxt = min(ceiling, x * (1 + step))
-            fn = excess(nxt) if nxt < ceiling else min(excess(nxt), 0.0)
-            if fn <= 0:
-                return x, fx, nxt, fn
-            x, fx, step = nxt, fn, step * 3
-    while True:
-        nxt = max(floor, x / (1 + step))
-        fn = excess(nxt)
-        if fn > 0:
-            return nxt, fn, x, fx
-        if nxt <= floor:
-            return None
-        x, fx, step = nxt, fn, step * 3
+    floor = q.eps0 * 1e-9
+    a, b = 0.0, eps_upper
+    points = eps_upper * (1 - np.array([1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3]))
+    for _ in range(60):
+        points = np.unique(np.clip(points, floor, b))
+        above = ~(q.delta_lower_many(points) <= delta)
+        if above.any():
+            a = max(a, float(points[above].max()))
+        below = ~above & (points > a)
+        if below.any():
+            b = min(b, float(points[below].min()))
+        if a == 0.0:
+            if points.min() <= floor:
+                return 0.0  # the lower curve is below delta down to eps0 * 1e-9
+            points = np.geomspace(max(floor, points.min() / 4), points.min(), SEARCH_POINTS + 1)[:-1]
+            continue
+        if b - a <= rtol * b:
+            break
+        points = np.geomspace(a, b, SEARCH_POINTS + 2)[1:-1]
+    return a
 
 
 def trivial_eps0(q: Query, delta: float) -> float:

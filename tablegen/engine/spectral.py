@@ -114,6 +114,13 @@ def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n:
         out[pairs[idx]] = plan.evaluate(idx)
 
 
+def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float) -> _Plan:
+    """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
+    bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
+    ``plan.batches()`` and ``plan.parseval``)."""
+    return _Plan(_Lattice(d, eps, resolution, True), row, n, MAX_NODES)
+
+
 class _Lattice:
     """Per-eps part: rounded, tilted law (depends on eps only, never on n)."""
 

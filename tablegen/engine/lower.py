@@ -1,0 +1,216 @@
+"""Certified LOWER bounds on delta = (1/n) E[(G_1 + ... + G_n)_+] on the spectral path (no FFT).
+
+The upper bound of ``spectral.py`` rounds G onto a lattice (a mean-preserving spread) and sums
+psi^n Ghat over a few frequencies.  A lower bound needs every step the other way round; all
+quantities in lattice units, Y = S + c the unrounded sum with its threshold, Y' = S' + c rounded.
+
+1. Coordinates.  ``spectral`` pushes the lattice coordinates and c up by their floating-point
+   error; the true Y is at least Y_up - D with D = n dx + (c_up - c_true) (generous bounds from
+   the magnitudes involved), and E[(Y'_up - D)_+] >= E[Y'_up_+] - D P(Y'_up > 0), where
+   P(Y'_up > 0) = e^scale E_lambda[1{Y' > 0} e^(-lambda Y')] <= e^scale.
+2. Rounding.  Y' = Y + N with N = sum of n independent zero-mean terms of range one given G, and
+   E[Y'_+] - E[Y_+] = E[B], B = Y'_+ - Y_+ - N 1{Y > 0} >= 0 (E[N 1{Y > 0}] = 0).  Given G, B is
+   (-N - Y)_+ (Y > 0) or (N - |Y|)_+ (Y <= 0), so by Hoeffding (P(+-N >= u | G) <= e^(-2u^2/n))
+       E[B | G] <= int_|Y|^inf e^(-2u^2/n) du <= phi(Y) = sqrt(pi n / 8) e^(-2 Y^2 / n).
+   E[phi(Y)] is bounded through the characteristic function of the unrounded tilted law
+   (Parseval on R, phi e^(-lambda y) has a Gaussian transform):
+       E[phi(Y)] <= M_G(lambda)^n e^(lambda c) (n/8) e^(n lambda^2/8) int_R e^(-n t^2/8) |psi_G(t)|^n dt.
+   On the Taylor range of ``spectral`` (t^2 <= 2.4 v / (mu4 + 3 v^2)) |psi_G|^n <= e^(-0.4 n v t^2)
+   (v the tilted variance); beyond, on cells [t_a, t_b] up to e^(-n t^2/8) <= e^(-2 TAIL_LOG),
+       |psi_G(t)|^2 = 1 - sum_{a != b} w_a w_b (1 - cos(t d_ab))
+                   <= 1 - sum_{pairs a < b of the PAIR_ATOMS heaviest} 2 w_a w_b min_cell (1 - cos(t d_ab))
+   (every dropped pair's term is >= 0; the minimum of 1 - cos over an interval is 0 if it holds a
+   multiple of 2 pi, else at an end); |psi_G| <= 1 beyond.  Each piece is an erfc difference.
+   When the sum is spread (the usual case) this is second order, ~ (pi/4) (lambda sd(N))^2 of
+   the main term; when S is comb-like (few atoms, small n) it is first order and the
+   evaluation is declined (below).
+3. Main term.  T of ``spectral`` is the expectation of the K-periodised weight,
+   E_lambda[sum_m g(Y' + mK)] >= E_lambda[g(Y')]: here the aliasing sum over m != 0 is
+   bounded and subtracted (Chernoff window of ``spectral``; outside it the whole periodised
+   weight, <= 1/(e lambda) + 1/(lambda^2 K)), and so are the floating-point and dropped-node
+   bounds; the final exponent carries minus the error bound of the scale.
+
+The result is step/n times e^scale (T - error - aliasing - D - E[B] bound), which never exceeds
+the exact value.  It is NaN (the caller uses the FFT path) where the spectral plan declines
+(more than spectral.MAX_NODES frequencies, eps = 0) or where it is more than MAX_GAP below the upper
+bound T + error of the same evaluation (then the FFT path is tighter).  Only half-split
+lattices (n P(G not at the heaviest atom) >= SPREAD_USERS) are used: with fewer such users S
+sits at a few values and the rounding noise is first order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import erfc
+
+from tablegen.decomposition import Decomposition
+from tablegen.engine import spectral
+
+U = spectral.U
+TAIL_LOG = spectral.TAIL_LOG
+RESOLUTION = 30.0  # cells per sd of G (times HALF_FINER): the rounding term scales like 1/resolution^2
+MAX_GAP = 0.05  # largest relative width of the bracket of E[Y_+] accepted (else the FFT path)
+PAIR_ATOMS = 12  # the bound on |psi_G| away from 0 uses the pairs of this many heaviest atoms
+CELL_PHASE = 0.25  # cells of t are this wide in phase t d_max of the farthest such pair ...
+MAX_CELLS = 4096  # ... up to this many per evaluation (wider cells: weaker, still valid)
+
+
+def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
+    """Certified lower bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
+
+    NaN where the spectral path declines; the caller uses the FFT path there.
+    """
+    eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
+    out = np.full(eps_b.size, np.nan)
+    rare = 1.0 - float(np.max(np.append(d.c, d.rest)))
+    pairs = np.flatnonzero(n_b.ravel() * rare >= spectral.SPREAD_USERS)
+    if pairs.size:
+        used, row = np.unique(eps_b.ravel()[pairs], return_inverse=True)
+        plan = spectral.spread_plan(d, used, row.ravel(), n_b.ravel()[pairs], resolution)
+        atoms = _Atoms(d, used, plan.law)
+        for idx in plan.batches():
+            out[pairs[idx]] = _bound(plan, atoms, idx)
+    return out.reshape(eps_b.shape)
+
+
+def chernoff_upper(d: Decomposition, eps: np.ndarray, n: int) -> np.ndarray:
+    """Upper bound on (1/n) E[(G_1+...+G_n)_+] per eps: y_+ <= e^(mu y) / (e mu) for every mu > 0,
+    so E[S_+] <= M(mu)^n / (e mu), minimised over a fixed grid of mu (any mu is valid).  Cheap
+    and loose (a factor ~ 10-100): used to skip lower-bound pairs that cannot be the largest."""
+    alpha = np.exp(np.asarray(eps, dtype=float))[:, None, None]
+    values = np.append(d.u, 0.0)[None, None, :] - alpha * np.append(d.v, 0.0)[None, None, :]
+    probs = np.append(d.c, d.rest)
+    sd = np.sqrt(np.maximum(np.var(values, axis=2, where=probs > 0), 1e-300))
+    mu = np.geomspace(1e-7, 1e2, 120)[None, :, None] / sd[:, :, None]
+    with np.errstate(divide="ignore", over="ignore"):
+        expo = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf) + mu * values
+        top = np.max(expo, axis=2, keepdims=True)
+        log_m = top[..., 0] + np.log(np.sum(np.exp(expo - top), axis=2))
+        log_bound = n * log_m - np.log(np.e * mu[..., 0]) - np.log(n)
+        return np.exp(np.min(log_bound, axis=1) + 1e-6)
+
+
+class _Atoms:
+    """The unrounded law in lattice units, tilted at the lattice law's lambda, per eps: what the
+    rounding correction (step 2) and the coordinate slack (step 1) need."""
+
+    def __init__(self, d: Decomposition, eps: np.ndarray, law: object) -> None:
+        alpha = np.exp(eps)[:, None]
+        u, v = np.append(d.u, 0.0)[None, :], np.append(d.v, 0.0)[None, :]
+        probs = np.append(d.c, d.rest)
+        step = law.step[:, None]
+        offset = law.ratio[:, None] * step
+        x = (u - alpha * v - offset) / step
+        lam = law.lam[:, None]
+        with np.errstate(divide="ignore"):
+            expo = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf) + lam * x
+        top = np.max(expo, axis=1, keepdims=True)
+        self.log_mgf = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
+        w = np.exp(expo - self.log_mgf[:, None])
+        mean = np.sum(w * x, axis=1)
+        dev = x - mean[:, None]
+        var, mu4 = np.sum(w * dev**2, axis=1), np.sum(w * dev**4, axis=1)
+        self.var = var * (1 - 1e-9)
+        self.theta1 = np.sqrt(2.4 * self.var / (mu4 * (1 + 1e-9) + 3 * var * var)) * (1 - 1e-9)
+        # generous floating-point bounds (lattice units): |x_up - x_true| per user, error of log M
+        magnitude = np.max(np.abs(u) + alpha * np.abs(v), axis=1) + np.abs(offset[:, 0]) + step[:, 0]
+        self.dx = 64 * U * magnitude / step[:, 0] + 16 * U * (np.max(np.abs(x), axis=1) + 2)
+        self.mgf_err = 16 * U * (np.max(np.abs(lam * x), axis=1) + 2) + law.lam * 2 * self.dx
+        self.pairs = _pair_table(x, w)
+
+
+def _pair_table(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per eps: distances d_ab and weights 2 w_a w_b of the pairs of the PAIR_ATOMS heaviest
+    tilted atoms (any set of pairs gives a valid bound: every pair's term is >= 0)."""
+    top = np.argsort(w, axis=1)[:, ::-1][:, :PAIR_ATOMS]
+    xs, ws = np.take_along_axis(x, top, 1), np.take_along_axis(w, top, 1)
+    a, b = np.triu_indices(xs.shape[1], 1)
+    return np.abs(xs[:, a] - xs[:, b]), 2 * ws[:, a] * ws[:, b] * (1 - 1e-9)
+
+
+def _gauss_piece(kappa: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Upper bound on int_lo^hi e^(-kappa t^2) dt (0 <= lo <= hi <= inf, kappa > 0)."""
+    root = np.sqrt(kappa)
+    diff = np.maximum(erfc(lo * root) - erfc(np.minimum(hi, 1e300) * root), 0.0)
+    return np.sqrt(np.pi) / (2 * root) * diff * (1 + 1e-9) + 1e-300
+
+
+def _min_one_minus_cos(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """min of 1 - cos y over [lo, hi] (0 <= lo <= hi), minus a floating-point margin: 0 where the
+    interval holds a multiple of 2 pi, else the smaller end value (1 - cos is unimodal between
+    consecutive multiples)."""
+    period = 2 * np.pi
+    holds = (np.floor(hi / period) > np.floor(lo / period)) | (np.mod(lo, period) == 0)
+    ends = np.minimum(1 - np.cos(lo), 1 - np.cos(hi)) - 8 * U * (hi + 1)
+    return np.where(holds, 0.0, np.maximum(ends, 0.0))
+
+
+def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Upper bound on int_R e^(-n t^2 / 8) |psi_G(t)|^n dt (step 2), per pair."""
+    a = n / 8.0
+    theta1 = atoms.theta1[rows]
+    # [0, theta1]: Taylor, |psi|^n <= e^(-0.4 n v t^2)
+    core = _gauss_piece(a + 0.4 * n * atoms.var[rows], np.zeros_like(a), theta1)
+    # beyond: cells of [theta1, far], |psi|^2 <= 1 - sum_pairs 2 w_a w_b min_cell (1 - cos t d_ab)
+    far = np.maximum(np.sqrt(2 * TAIL_LOG / a), theta1)
+    dist, weight = atoms.pairs[0][rows], atoms.pairs[1][rows]
+    cells = np.clip(np.ceil((far - theta1) * dist.max(axis=1) / CELL_PHASE), 1, MAX_CELLS).astype(np.int64)
+    owner = np.repeat(np.arange(rows.size), cells)
+    j = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells)
+    width = (far - theta1)[owner] / cells[owner]
+    lo = theta1[owner] + j * width
+    hi = lo + width
+    drop = np.sum(weight[owner] * _min_one_minus_cos(lo[:, None] * dist[owner], hi[:, None] * dist[owner]), axis=1)
+    with np.errstate(divide="ignore"):
+        log_psi = 0.5 * n[owner] * np.log(np.maximum(1 - drop * (1 - 1e-9), 0.0))
+    middle = np.bincount(owner, np.exp(log_psi) * _gauss_piece(a[owner], lo, hi), rows.size)
+    tail = _gauss_piece(a, far, np.full_like(a, np.inf))
+    return 2.0 * (core + middle + tail)
+
+
+def _bound(plan: object, atoms: _Atoms, idx: np.ndarray) -> np.ndarray:
+    """The certified lower bound on delta for the pairs ``idx`` of ``plan`` (steps 1-3)."""
+    law = plan.law
+    zero = plan.zero[idx]
+    if zero.all():
+        return np.zeros(idx.size)
+    rows, n = plan.row[idx], plan.n[idx]
+    nf = n.astype(float)
+    lam, period = law.lam[rows], plan.period[idx].astype(float)
+    value, err = plan.parseval(idx)
+    alias = _aliasing(plan, idx, lam, period)
+    c_up = plan.int_part[idx] + plan.frac[idx]
+    slack = nf * (atoms.dx[rows] + 4 * law.ratio_err[rows] + 8 * U * np.abs(law.ratio[rows]))
+    slack += 8 * U * (np.abs(c_up) + 1)
+    log_rel = nf * (atoms.log_mgf[rows] - law.log_mgf[rows] + atoms.mgf_err[rows] + law.mgf_err[rows])
+    log_rel += nf * lam * lam / 8 + np.log(nf / 8)
+    with np.errstate(over="ignore"):
+        rounding = np.exp(log_rel) * _noise_integral(atoms, rows, nf)
+    main = value - err - alias - slack - rounding
+    # declined (NaN: the FFT path answers) where the bracket [main, value + err] of E[Y_+] is
+    # wider than MAX_GAP: rounding noise on a comb-like sum (few atoms, small n) costs first order
+    declined = main < (1 - MAX_GAP) * (value + err)
+    log_delta = plan.log_scale[idx] - plan.log_err[idx] + np.log(np.where(main > 0, main, 1.0))
+    log_delta += np.log(law.step[rows]) - np.log(nf)
+    out = np.where(declined, np.nan, np.exp(log_delta) * (1 - 1e-9))
+    return np.where(zero, 0.0, out)
+
+
+def _aliasing(plan: object, idx: np.ndarray, lam: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """Bound on E_lambda[sum_{m != 0} g(Y' + m K)], g(y) = y_+ e^(-lambda y) (step 3).
+
+    Inside the Chernoff window Y' in (y_lo, y_hi): the terms m >= 1 sit at >= A = y_lo + K,
+    where g is decreasing once A >= 1/lambda, so they sum to <= g(A) + (1/K) int_A^inf g; the
+    terms m <= -1 sit at <= y_hi - K and vanish when that is <= 0 (else <= sup g + int g / K).
+    Outside (probability <= 2 e^-TAIL_LOG) the whole periodised weight, <= sup g + int g / K
+    (g is unimodal).
+    """
+    law, rows, n = plan.law, plan.row[idx], plan.n[idx].astype(float)
+    centre = n * law.mean[rows] + plan.int_part[idx] + plan.frac[idx]
+    y_lo = centre - law.chernoff_width(rows, n, 1)
+    y_hi = centre + law.chernoff_width(rows, n, 0)
+    whole = 1.0 / (np.e * lam) + 1.0 / (lam * lam * period)
+    a = y_lo + period
+    tail = np.where(a * lam >= 1.0, a * np.exp(-lam * a) + (a / lam + 1 / lam**2) * np.exp(-lam * a) / period, whole)
+    below = np.where(y_hi - period <= 0, 0.0, whole)
+    return tail + below + 2 * np.exp(-TAIL_LOG) * whole

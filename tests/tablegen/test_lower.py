@@ -1,0 +1,110 @@
+"""The spectral lower bound (tablegen/engine/lower.py) against exact sums and the FFT path."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from shuffle_reference import exact_delta, krr_lower_laws
+
+from tablegen.decomposition import Decomposition
+from tablegen.engine import eps_bounds
+from tablegen.engine.accountant import Query, delta_of_decomposition
+from tablegen.engine.lower import delta_lower
+from tablegen.engine.spectral import delta_upper
+
+
+def _decomposition(values, probs):
+    """G = value w.p. prob as a decomposition (u = value, v = 0): its law does not depend on eps."""
+    return Decomposition(np.asarray(values, float), np.zeros(len(values)), np.asarray(probs, float))
+
+
+def _random_law(rng, atoms, concentration):
+    """A Theorem-5-like decomposition: weights c summing to one, E[u] = E[v] = 1 under c."""
+    c = rng.dirichlet(np.full(atoms, concentration))
+    eps0 = rng.uniform(0.5, 4)
+    u, v = np.exp(rng.uniform(-eps0 / 2, eps0 / 2, (2, atoms)))
+    return Decomposition(u / (c @ u), v / (c @ v), c / c.sum())
+
+
+def _check(lower, exact):
+    """Never above the exact value; within 5% below it where it answers (else NaN)."""
+    if math.isnan(lower):
+        return 0
+    assert lower <= exact, (lower, exact)
+    assert lower >= 0.95 * exact, (lower, exact)
+    return 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_laws_below_exact_enumeration(seed):
+    rng = np.random.default_rng(seed)
+    answered = 0
+    # 4 atoms: near-uniform weights, so that n P(G off the heaviest atom) >= 200 at n = 290
+    for atoms, n, concentration in ((2, 2000, 1.0), (3, 1500, 2.0), (3, 600, 3.0), (4, 290, 300.0)):
+        d = _random_law(rng, atoms, concentration)
+        for eps in np.geomspace(0.01, 1.5, 7):
+            values, probs = d.law(eps)
+            exact = exact_delta(values, probs / probs.sum(), n)
+            if 1e-13 < exact < 1e-2:
+                answered += _check(float(delta_lower(d, np.array([eps]), np.array([n]))[0]), exact)
+    assert answered >= 5
+
+
+@pytest.mark.parametrize("k,eps0,n", [(3, 0.5, 1000), (3, 1.0, 1000), (3, 3.0, 2500)])
+def test_krr_lower_laws_below_exact(k, eps0, n):
+    answered = 0
+    for eps in eps0 * np.array([0.05, 0.1, 0.2, 0.3]) * math.sqrt(100 / n):
+        for values, probs in krr_lower_laws(eps0, eps, k):
+            exact = exact_delta(values, probs, n)
+            if exact > 1e-13:
+                d = _decomposition(values, np.asarray(probs) / sum(probs))
+                answered += _check(float(delta_lower(d, np.array([0.0]), np.array([n]))[0]), exact)
+    assert answered >= 2
+
+
+def test_declines_where_few_users_are_off_the_heaviest_atom():
+    d = _decomposition([1.0, -0.2], [0.01, 0.99])
+    assert np.isnan(delta_lower(d, np.array([0.0]), np.array([1000]))[0])  # n P(rare) = 10 < 200
+
+
+@pytest.mark.parametrize("name,params,eps0", [("krr", {"k": 10}, 1.0), ("oue", {}, 2.0), ("generic", {}, 4.0)])
+def test_close_to_fft_lower_and_below_spectral_upper(name, params, eps0):
+    """At n = 1e5..1e6 the spectral lower bound of each Theorem 5 law is below the (certified)
+    upper bound of the same law and within 3% of the FFT path's lower bound."""
+    compared = 0
+    for n in (10**5, 10**6):
+        q = Query(name, eps0, n, params)
+        eps = 4 * eps0 / math.sqrt(n)
+        for i, d in enumerate(q.lower):
+            lower = float(delta_lower(d, np.array([eps]), np.array([n]))[0])
+            if math.isnan(lower) or lower < 1e-14:
+                continue
+            upper = float(delta_upper(d, np.array([eps]), np.array([n]))[0])
+            fft = q.delta_of_lower_pair(i, eps)
+            assert lower <= upper, (n, i, lower, upper)
+            assert abs(lower / fft - 1) < 0.03, (n, i, lower, fft)
+            compared += 1
+    assert compared >= 2
+
+
+def test_eps_lower_close_to_fft_lower():
+    """eps_bounds' lower bound (spectral, vectorised search) within 0.3% of the FFT path's."""
+    name, eps0, n, delta = "krr", 2.0, 10**5, 1e-8
+    b = eps_bounds(name, eps0=eps0, n=n, delta=delta, k=5)
+    q = Query(name, eps0, n, {"k": 5}, spectral=False)
+
+    def fft_exceeds(eps):
+        return max(q.delta_of_lower_pair(i, eps) for i in range(len(q.lower))) > delta
+
+    assert fft_exceeds(b.lower * 0.997)  # the FFT lower curve is above delta 0.3% lower down
+    assert b.lower < b.upper
+
+
+def test_delta_lower_of_query_falls_back_to_fft_where_declined():
+    """n = 30: every spectral evaluation declines and the FFT value is returned."""
+    q = Query("krr", 1.0, 30, {"k": 3})
+    eps = 0.4
+    expected = max(delta_of_decomposition(d, eps, 30, False, q.lower_resolution) for d in q.lower)
+    assert q.delta_lower(eps) == expected
