@@ -65,6 +65,12 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     if q.rows is not None:
         c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
         value, lower, slack, outside, edge = rules.eps_at(q.table, q.rows, c, q.args["eps0"], q.args["delta"])
+        if max_slack is not None and live and live_engine.available():
+            # a row answered at grid eps0 only (OLH), between grid eps0: no table value, but an
+            # estimate to certify (cheaper than the search)
+            unordered = c.unordered & q.within_ranges()
+            outside &= ~unordered
+            value[unordered], lower[unordered], slack[unordered] = np.inf, np.nan, np.nan
     source = q.live(live, outside, lambda i: live_engine.eps(q.mechanism, q.point(i), q.params), value, lower)
     todo = q.loose(live, max_slack, source, slack)
     if todo.size:
@@ -75,7 +81,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         guess[inside] = eps_estimate(q.table, q.rows, *(q.args[k][inside] for k in ("eps0", "n", "delta")))
         for i in todo:
             value[i], slack[i], source[i] = refine.eps(q.mechanism, q.point(i), q.params, value[i], slack[i],
-                                                       guess[i])
+                                                       guess[i], min(max_slack, refine.STEP))
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
 
 
@@ -129,7 +135,7 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
                                       value[inside] * (1 + slack[inside]))
         for i in todo:
             value[i], slack[i], source[i] = refine.eps0_max(q.mechanism, q.point(i), q.params, value[i], slack[i],
-                                                            guess[i])
+                                                            guess[i], min(max_slack, refine.STEP))
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
@@ -192,6 +198,12 @@ class _Queries:
 
     def point(self, i: int) -> dict[str, float]:
         return {k: float(v[i]) for k, v in self.args.items()}
+
+    def within_ranges(self) -> np.ndarray:
+        """Queries inside the table's axis ranges (eps0, n and delta between their grid ends)."""
+        t, a = self.table, self.args
+        return ((a["eps0"] >= t.eps0[0]) & (a["eps0"] <= t.eps0[-1]) & (a["n"] >= t.n[0]) & (a["n"] <= t.n[-1])
+                & (a["delta"] >= t.delta[0]) & (a["delta"] <= t.delta[-1]))
 
     def live(self, allowed: bool, outside: np.ndarray, compute: Any, value: np.ndarray,
              lower: np.ndarray) -> np.ndarray:

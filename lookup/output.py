@@ -61,10 +61,12 @@ def _slack(value: Any, result: dict[str, Any]) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "unknown (answered from the edge of the grid)" if result.get("edge") else "not estimated for this query"
     budget = "eps0" in result and "eps" not in result  # eps0-max: the answer errs low
+    if source == "certified estimate" and budget:
+        return (f"about {100 * value:.3g}% below the live certified eps0-max (the engine refused an eps0 "
+                f"{100 * value:.3g}% larger)")
     if source == "certified estimate":
-        side = "below" if budget else "above"
-        return (f"about {100 * value:.3g}% {side} the live certified value: the table's smooth estimate was moved "
-                f"{100 * value:.3g}% to the safe side and certified by one engine evaluation")
+        return (f"at most {100 * value:.3g}% above the live certified value (the engine refused an eps "
+                f"{100 * value:.3g}% smaller)")
     if value <= 0:
         return "none estimated (grid values, or no larger than the engine's live value)"
     if budget:

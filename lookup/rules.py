@@ -48,6 +48,7 @@ class Corner:
     n_up: np.ndarray  # smallest grid n >= query (n.size if none)
     outside: np.ndarray  # eps0 above the grid or n below it: the table cannot answer
     edge: np.ndarray  # eps0 below the grid or n above it: answered from the edge
+    unordered: np.ndarray  # off-grid eps0 of a row answered at grid eps0 only (part of outside)
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,17 @@ def corner(table: Table, eps0: np.ndarray, n: np.ndarray, row: int | None = None
     down_n = np.searchsorted(grid_n, n, side="right") - 1
     outside = (up >= grid_eps0.size) | (down_n < 0)
     edge = (eps0 < grid_eps0[0]) | (n > grid_n[-1])
+    unordered = np.zeros(eps0.shape, bool)
     if row is not None and not table.eps0_monotone[row]:
-        outside |= grid_eps0[np.minimum(up, grid_eps0.size - 1)] != eps0
+        unordered = grid_eps0[np.minimum(up, grid_eps0.size - 1)] != eps0
     return Corner(
         np.minimum(up, grid_eps0.size - 1),
         np.searchsorted(grid_eps0, eps0, side="right") - 1,
         np.maximum(down_n, 0),
         np.searchsorted(grid_n, n, side="left"),
-        outside,
+        outside | unordered,
         edge,
+        unordered,
     )
 
 

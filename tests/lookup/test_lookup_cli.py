@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from lookup.cli import main
+from lookup.output import words
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -83,9 +84,14 @@ def test_text_output_is_in_words(table_path: Path) -> None:
     assert lines["source"] == "table (precomputed)"
     code, out, _ = run(*query)  # the default max slack: refined by the engine
     lines = dict(line.split(": ", 1) for line in out.splitlines())
-    assert code == 0 and lines["source"].startswith("certified estimate (interpolated from the table, then certified")
-    assert lines["slack"].startswith("about 1% above the live certified value")
-    assert lines["corner"] == "none (computed live)"
+    assert code == 0 and lines["corner"] == "none (computed live)"
+    assert lines["source"] in ("certified estimate (interpolated from the table, then certified by the engine)",
+                               "live (computed by the engine's certified search)")
+    refined = {"eps": 0.5, "source": "certified estimate", "slack": 0.0198}
+    assert words("slack", 0.0198, refined) == ("at most 1.98% above the live certified value (the engine refused "
+                                               "an eps 1.98% smaller)")
+    budget = {"eps0": 2.0, "source": "certified estimate", "slack": 0.0198}
+    assert words("slack", 0.0198, budget).startswith("about 1.98% below the live certified eps0-max")
     code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "9", "--n", "50", "--delta", "1e-6",
                        "--table", t)
     assert "source: live" in out and "corner: none (computed live)" in out and "slack: none (computed live" in out
