@@ -107,13 +107,20 @@ def _random_queries(t: Any, count: int, rng: np.random.Generator, grid_eps0: boo
     """``count`` queries inside the table's ranges, the rows in turn (every row), random eps0
     (or grid eps0), log-uniform n and delta."""
     rows = rng.permutation(np.resize(np.arange(len(t.families)), count))
-    out = []
-    for r in rows:
-        eps0 = float(rng.choice(t.eps0)) if grid_eps0 else float(rng.uniform(t.eps0[0], t.eps0[-1]))
-        n = int(round(10 ** rng.uniform(np.log10(t.n[0]), np.log10(t.n[-1]))))
-        delta = float(10 ** rng.uniform(np.log10(t.delta[0]), np.log10(t.delta[-1])))
-        out.append((int(r), eps0, n, delta))
-    return out
+    return [(t.families[r], t.params[r], *_point(t, rng, grid_eps0)) for r in rows]
+
+
+def _point(t: Any, rng: np.random.Generator, grid_eps0: bool) -> tuple[float, int, float]:
+    eps0 = float(rng.choice(t.eps0)) if grid_eps0 else float(rng.uniform(t.eps0[0], t.eps0[-1]))
+    n = int(round(10 ** rng.uniform(np.log10(t.n[0]), np.log10(t.n[-1]))))
+    return eps0, n, float(10 ** rng.uniform(np.log10(t.delta[0]), np.log10(t.delta[-1])))
+
+
+def _other_k(t: Any, count: int, rng: np.random.Generator) -> list[tuple]:
+    """k-RR queries at a k between the table's k values (answered from the next smaller k)."""
+    grid = sorted(p["k"] for f, p in zip(t.families, t.params, strict=True) if f == "krr")
+    between = [k for k in range(grid[0], grid[-1]) if k not in grid] if grid else []
+    return [("krr", {"k": int(rng.choice(between))}, *_point(t, rng, False)) for _ in range(count if between else 0)]
 
 
 def _measure(t: Any, queries: list[tuple], max_slack: float) -> list[dict[str, Any]]:
@@ -124,8 +131,7 @@ def _measure(t: Any, queries: list[tuple], max_slack: float) -> list[dict[str, A
     from tablegen.engine import eps_bounds
 
     records = []
-    for r, eps0, n, delta in queries:
-        family, params = t.families[r], t.params[r]
+    for family, params, eps0, n, delta in queries:
         table = lookup.eps(family, eps0=eps0, n=n, delta=delta, table=t, max_slack=None, **params)
         lookup.live._MEMORY.clear()
         start = time.perf_counter()
@@ -133,7 +139,8 @@ def _measure(t: Any, queries: list[tuple], max_slack: float) -> list[dict[str, A
         route_s = time.perf_counter() - start
         start = time.perf_counter()
         live = eps_bounds(family, eps0=eps0, n=n, delta=delta, lower=False, **params).upper
-        records.append({"family": family, "table": table.value / live - 1, "table_source": table.source,
+        name = family if t.row(family, params) is not None else f"{family} (k not in the table)"
+        records.append({"family": name, "table": table.value / live - 1, "table_source": table.source,
                         "route": route.value / live - 1, "source": route.source, "route_s": route_s,
                         "live_s": time.perf_counter() - start, "query": (family, params, eps0, n, delta)})
     return records
@@ -178,7 +185,10 @@ def slack_against_live(table: str, count: int, seed: int, max_slack: float) -> l
            "noisy 2-core machine.", "", f"Random eps0 ({len(random_eps0)} queries):", ""]
     out += _slack_table(random_eps0) + ["", f"eps0 on a grid value ({len(grid_eps0)} queries):", ""]
     out += _slack_table(grid_eps0)
-    everything = random_eps0 + grid_eps0
+    other_k = _measure(t, _other_k(t, max(count // 10, 1), rng), max_slack)
+    if other_k:
+        out += ["", f"k-RR at a k the table lacks ({len(other_k)} queries, random eps0):", ""] + _slack_table(other_k)
+    everything = random_eps0 + grid_eps0 + other_k
     below = [r["query"] for r in everything if min(r["table"], r["route"]) < -1e-3]
     out += ["", f"Answers more than 0.1% below the live certified value: {len(below)} {below[:3] if below else ''}"]
     return out
@@ -193,8 +203,7 @@ def inverse_against_live(table: str, count: int, seed: int) -> list[str]:
     t = lookup.open_table(table)
     rng = np.random.default_rng(seed + 1)
     budget, delta, sources = [], [], []
-    for r, eps0, n, d in _random_queries(t, count, rng, False):
-        family, params = t.families[r], t.params[r]
+    for family, params, eps0, n, d in _random_queries(t, count, rng, False):
         eps = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=None, **params).value)
         lookup.live._MEMORY.clear()
         a = lookup.eps0_max(family, eps=eps, n=n, delta=d, table=t, **params)

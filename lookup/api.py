@@ -135,7 +135,7 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
                                       value[inside] * (1 + slack[inside]))
         for i in todo:
             value[i], slack[i], source[i] = refine.eps0_max(q.mechanism, q.point(i), q.params, value[i], slack[i],
-                                                            guess[i], min(max_slack, refine.STEP))
+                                                            guess[i], min(max_slack, refine.STEP_EPS0))
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 

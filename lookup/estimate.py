@@ -7,9 +7,9 @@ why the estimate is only a candidate.
 
 The estimate at (eps0, n, delta) is the tensor product of one-dimensional PCHIP interpolants
 (Fritsch and Carlson 1980, with the endpoint rule of Moler's ``pchip``) of log eps in log delta,
-then in log n, then in log eps0, over the 4 x 4 x 4 grid points around the query.  PCHIP's slope
-at a node uses only its two neighbours, so 4 nodes per axis give the interpolant of the whole
-axis.  Pure numpy, vectorised over queries.
+then in log n (at every grid eps0 at once), then in log eps0.  PCHIP's slope at a node uses
+only its two neighbours, so the 4 grid points around the query on each axis give the
+interpolant of the whole axis.  Pure numpy, vectorised over queries.
 """
 
 from __future__ import annotations
@@ -24,36 +24,46 @@ BISECTIONS = 40  # eps0_estimate: bracket narrowed 2^40-fold
 
 
 def eps_estimate(table: Table, rows: Rows, eps0: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Estimated eps at each query (clamped to the grid's ranges), capped at eps0; for k-RR
-    between two grid k, log eps interpolated linearly in log k between the two rows."""
-    value = row_estimate(table, rows.upper, eps0, n, delta)
-    if rows.blend and rows.opposite is not None:
-        value = value ** (1 - rows.blend) * row_estimate(table, rows.opposite, eps0, n, delta) ** rows.blend
-    return value
+    """Estimated eps at each query (clamped to the grid's ranges), capped at eps0."""
+    return np.minimum(np.exp(along_eps0(table, log_eps_curve(table, rows, n, delta), eps0)), eps0)
 
 
 def eps0_estimate(table: Table, rows: Rows, n: np.ndarray, eps: np.ndarray, delta: np.ndarray, low: np.ndarray,
                   high: np.ndarray) -> np.ndarray:
     """Estimated largest eps0 in [low, high] whose estimated eps is <= ``eps`` (bisection in
-    log eps0 on ``eps_estimate``; ``high`` where the estimate stays below ``eps``)."""
+    log eps0; ``high`` where the estimate stays below ``eps``)."""
+    curve = log_eps_curve(table, rows, n, delta)
     low, high = np.log(low), np.log(high)
     for _ in range(BISECTIONS):
         middle = (low + high) / 2
-        below = eps_estimate(table, rows, np.exp(middle), n, delta) <= eps
+        below = np.minimum(along_eps0(table, curve, np.exp(middle)), middle) <= np.log(eps)
         low, high = np.where(below, middle, low), np.where(below, high, middle)
     return np.exp(low)
 
 
-def row_estimate(table: Table, row: int, eps0: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Estimated eps of one row at each query (clamped to the grid's ranges), capped at eps0."""
-    axes = [np.log(table.eps0), np.log(table.n), np.log(table.delta)]
-    points = [np.log(eps0), np.log(n), np.log(delta)]
-    e, j, d = (stencil(a, p) for a, p in zip(axes, points, strict=True))
-    cube = table.upper[row][e[:, :, None, None], j[:, None, :, None], d[:, None, None, :]]
-    values = np.log(np.maximum(cube, np.finfo(float).tiny))
-    for axis, index in ((2, d), (1, j), (0, e)):  # each pass removes the last axis of ``values``
-        values = pchip(axes[axis][index], values, points[axis])
-    return np.minimum(np.exp(values), eps0)
+def log_eps_curve(table: Table, rows: Rows, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Estimated log eps at every grid eps0 (queries, eps0 axis) at each query's (n, delta): PCHIP
+    in log delta, then in log n; for k-RR between two grid k, linear in log k between the rows."""
+    curve = _row_curve(table, rows.upper, n, delta)
+    if rows.blend and rows.opposite is not None:
+        curve = (1 - rows.blend) * curve + rows.blend * _row_curve(table, rows.opposite, n, delta)
+    return curve
+
+
+def _row_curve(table: Table, row: int, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    n_axis, delta_axis = np.log(table.n), np.log(table.delta)
+    log_n, log_delta = np.log(n), np.log(delta)
+    j, d = stencil(n_axis, log_n), stencil(delta_axis, log_delta)
+    cube = np.moveaxis(table.upper[row][:, j[:, :, None], d[:, None, :]], 0, 1)  # (queries, eps0, n, delta)
+    values = pchip(delta_axis[d], np.log(np.maximum(cube, np.finfo(float).tiny)), log_delta)
+    return pchip(n_axis[j], values, log_n)
+
+
+def along_eps0(table: Table, curve: np.ndarray, eps0: np.ndarray) -> np.ndarray:
+    """PCHIP in log eps0 of ``curve`` (queries, eps0 axis) at each query's eps0."""
+    axis, x = np.log(table.eps0), np.log(eps0)
+    e = stencil(axis, x)
+    return pchip(axis[e], np.take_along_axis(curve, e, axis=1), x)
 
 
 def stencil(axis: np.ndarray, x: np.ndarray) -> np.ndarray:

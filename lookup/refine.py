@@ -1,8 +1,9 @@
 """Estimate, then certify: table answers whose slack estimate exceeds ``max_slack``, refined.
 
 For eps, with the smooth estimate e of ``estimate.py`` and a step s (``STEP`` = 1.98%, or
-``max_slack`` if smaller): the engine checks low = e / sqrt(1 + s) (one evaluation of
-``tablegen.engine.certifies``: is the certified delta at that eps <= delta?).  If low is NOT
+``max_slack`` if smaller; for eps0_max ``STEP_EPS0`` = 0.98%): the engine checks
+low = e / sqrt(1 + s) (one evaluation of ``tablegen.engine.certifies``: is the certified delta
+at that eps <= delta?).  If low is NOT
 certified, the engine's own search could not go below it, and the candidates low (1 + s),
 low (1 + s)^2 are checked in turn: the first one certified is published, with source
 ``"certified estimate"`` and slack s (its ratio to an eps the engine refused).  It is certified
@@ -25,8 +26,9 @@ from typing import Any
 
 from lookup import live
 
-STEP = 0.0198  # bracket of a certified estimate: published slack at most 1.98%, below the default 2%
-TIERS = 2  # candidates checked above the refused eps before the full search
+STEP = 0.0198  # bracket of a certified eps estimate: published slack at most 1.98%, below the default 2%
+STEP_EPS0 = 0.0098  # the same for eps0_max: within 1% of the engine's eps0_max
+TIERS = 2  # candidates checked beyond the refused value before the full search (eps0_max: one more)
 CERTIFIED = "certified estimate"
 Refined = tuple[float, float, str]
 
@@ -79,7 +81,7 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
     try:
         high = estimate * math.sqrt(1 + step) if estimate > 0 and step > 0 else math.nan
         if high > table and not certified(high):
-            for _ in range(TIERS):
+            for _ in range(TIERS + 1):
                 candidate = high / (1 + step)
                 if candidate <= table:
                     return table, high / table - 1, "table"
