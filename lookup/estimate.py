@@ -20,7 +20,7 @@ from lookup.rules import Rows
 from lookup.table import Table
 
 STENCIL = 4  # nodes per axis
-BISECTIONS = 40  # eps0_estimate: bracket narrowed 2^40-fold
+BISECTIONS = 24  # eps0_estimate: bracket narrowed 2^24-fold (to ~1e-7 in log eps0)
 
 
 def eps_estimate(table: Table, rows: Rows, eps0: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
