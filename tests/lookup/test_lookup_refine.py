@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_law
+from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_law, olh_upper_law
 
 import lookup
 import lookup.live
@@ -150,7 +150,7 @@ def test_max_slack_is_checked(table_path: Path) -> None:
             lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, table=table_path, max_slack=bad, k=3)
 
 
-# --------------------------------------------------------------------------- k-RR between grid k
+# --------------------------------------------------------------------------- k-RR between grid k, OLH between grid eps0
 
 K_SPEC = """
 title = "two k"
@@ -164,6 +164,8 @@ lower_resolution = 10
 [[mechanism]]
 family = "krr"
 k = [2, 5]
+[[mechanism]]
+family = "olh"
 """
 
 
@@ -209,3 +211,17 @@ def test_krr_above_the_largest_grid_k(two_k: Path) -> None:
     assert lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=two_k, k=9).source == "live"  # slack unknown
     with pytest.raises(ValueError, match="k must be an integer"):  # not a k-RR: no row, the engine refuses
         lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=two_k, k=2.5)
+
+
+def test_olh_between_grid_eps0_is_estimated_and_certified(two_k: Path) -> None:
+    """OLH's default g changes with eps0, so the table answers grid eps0 only; between them the
+    estimate is certified at the query's own eps0 (and g) instead of a full search."""
+    import math
+
+    for eps0, n, delta in [(1.5, 30, 1e-6), (2.7, 25, 1e-4)]:
+        a = lookup.eps("olh", eps0=eps0, n=n, delta=delta, table=two_k)
+        assert a.source in ("certified estimate", "live") and np.isnan(a.lower)
+        g = round(math.exp(eps0)) + 1
+        assert exact_delta(*olh_upper_law(eps0, a.value, g), n) <= delta * (1 + 1e-9)
+        with pytest.raises(lookup.TableError, match="live computation is off"):
+            lookup.eps("olh", eps0=eps0, n=n, delta=delta, table=two_k, live=False)
