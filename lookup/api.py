@@ -151,7 +151,12 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     surface = table.upper[row]
     top_n = len(table.axis_lists[1]) - 1
     value = min(chord(lambda d: float(surface[cell.eps0_up, cell.n_down, d]), cell), eps0)
-    opposite = chord(lambda d: float(surface[max(cell.eps0_down, 0), min(cell.n_up, top_n), d]), cell)
+    far = surface[max(cell.eps0_down, 0), min(cell.n_up, top_n)]
+    opposite = float(far[cell.hi])  # as rules.eps_at: log-log between the grid deltas
+    if cell.t:
+        deltas = table.axis_lists[2]
+        w = math.log(deltas[cell.hi] / delta) / math.log(deltas[cell.hi] / deltas[cell.lo])
+        opposite = float(far[cell.lo]) ** w * opposite ** (1 - w)
     slack = math.nan if cell.edge or opposite <= 0 else value / min(opposite, eps0) - 1
     if max_slack is not None and not slack <= max_slack:
         return None

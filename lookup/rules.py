@@ -140,6 +140,15 @@ def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_l
     return np.where(t == 0, u_large, np.log1p(x_minus_one) * (1 + FLOAT_SLACK))
 
 
+def log_log_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_large: np.ndarray,
+                delta: np.ndarray) -> np.ndarray:
+    """An estimate (NOT certified) of eps at ``delta`` in [d_small, d_large]: log eps linear in
+    log delta between (d_small, u_small) and (d_large, u_large)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(d_large > d_small, np.log(d_large / delta) / np.log(d_large / d_small), 0.0)
+    return u_small ** w * u_large ** (1 - w)
+
+
 def eps_at(table: Table, rows: Rows, c: Corner, eps0: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, ...]:
     """(certified eps, lower bound, slack estimate, outside, edge) for eps0/n/delta queries."""
     grid = table.delta
@@ -148,13 +157,15 @@ def eps_at(table: Table, rows: Rows, c: Corner, eps0: np.ndarray, delta: np.ndar
     lo, hi = delta_bracket(grid, delta)
     d_hi = np.minimum(delta, grid[hi])  # above the grid: the largest delta's value
 
-    def chord(row: int, e_index: np.ndarray, n_index: np.ndarray) -> np.ndarray:
+    def ends(row: int, e_index: np.ndarray, n_index: np.ndarray) -> tuple[np.ndarray, ...]:
         surface = table.upper[row]
-        return chord_eps(surface[e_index, n_index, lo], surface[e_index, n_index, hi], grid[lo], grid[hi], d_hi)
+        return surface[e_index, n_index, lo], surface[e_index, n_index, hi], grid[lo], grid[hi], d_hi
 
-    value = np.minimum(chord(rows.upper, c.eps0_up, c.n_down), eps0)
-    # the opposite corner (eps0 down, n up, k up) bounds how far the answer can be above the truth
-    opposite = chord(rows.upper if rows.opposite is None else rows.opposite, *_far(table, c))
+    value = np.minimum(chord_eps(*ends(rows.upper, c.eps0_up, c.n_down)), eps0)
+    # the slack estimate: the answer over an estimate of the truth at the opposite corner (eps0
+    # down, n up, k up; below the truth at the query), read between the grid deltas in log-log
+    # (closer to the truth than the chord, which can be far above it where eps varies fast)
+    opposite = log_log_eps(*ends(rows.upper if rows.opposite is None else rows.opposite, *_far(table, c)))
     with np.errstate(divide="ignore", invalid="ignore"):
         slack = np.where(edge, np.nan, value / np.minimum(opposite, eps0) - 1)
     lower = lower_eps(table, rows.lower, c, delta)
