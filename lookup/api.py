@@ -1,12 +1,14 @@
-"""``lookup.eps``, ``lookup.delta``, ``lookup.eps0_max``: table first, live engine off the grid.
+"""``lookup.eps``, ``lookup.delta``, ``lookup.eps0_max``: table first, engine where it pays.
 
-Each call broadcasts its array arguments, answers every query it can from the table with the
-conservative rules (``rules.py``) in one vectorised pass, and sends the rest to the engine:
-queries outside the grid in the unsafe directions (eps0 above it, n or delta below it), a
-mechanism or parameter value the table lacks, or a slack estimate above ``max_slack``.  Live
-answers are cached in memory and, with ``$SHUFFLE_EPS_CACHE`` set to a directory, on disk.
-With ``live=False`` (or without the engine installed) such a query is an error that says what
-the table covers.
+Each call broadcasts its array arguments and answers every query it can from the table with
+the conservative rules (``rules.py``) in one vectorised pass.  Queries outside the grid in the
+unsafe directions (eps0 above it, n or delta below it), or for a mechanism or parameter value
+the table cannot answer, are computed live by the engine.  A table answer whose slack estimate
+exceeds ``max_slack`` (default ``MAX_SLACK`` = 2%; unknown at the grid's edge) is refined by the
+engine (``refine.py``: estimate, then certify); ``max_slack=None`` answers from the table alone
+and never imports the engine for in-grid queries.  Live answers are cached in memory and, with
+``$SHUFFLE_EPS_CACHE`` set to a directory, on disk.  With ``live=False`` (or without the engine
+installed) nothing is refined and an off-grid query is an error that says what the table covers.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from typing import Any
 import numpy as np
 
 from lookup import live as live_engine
-from lookup import rules
+from lookup import refine, rules
 from lookup.device import chord, locate
 from lookup.table import Table, TableError, open_table
+
+MAX_SLACK = 0.02  # default: table answers estimated more than 2% above the live value are refined
+SOURCE = "<U18"  # "table", "certified estimate", "live"
 
 
 @dataclass(frozen=True)
 class Answer:
-    """A certified value with its lower bound (NaN unknown), where it came from, the grid
-    corner used (grid values only: eps0 rounded up, n down, the chord's grid deltas ``delta``
-    <= ``delta_upper``; NaN for live answers), and the estimated relative slack of a table
-    answer over the live certified value (NaN where unknown, e.g. from the grid edge)."""
+    """A certified value with its lower bound (NaN unknown), where it came from (``"table"``,
+    ``"certified estimate"`` or ``"live"``), the grid corner used (table answers only: eps0
+    rounded up, n down, the chord's grid deltas ``delta`` <= ``delta_upper``, and ``k`` for
+    k-RR read at another grid k; NaN otherwise), the estimated relative slack over the live
+    certified value (NaN where unknown, e.g. from the grid edge), and whether a table answer
+    came from the edge of the grid."""
 
     value: Any
     lower: Any
@@ -40,9 +47,10 @@ class Answer:
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-        max_slack: float | None = None, rounds: Any = None, **params: Any) -> Answer:
+        max_slack: float | None = MAX_SLACK, rounds: Any = None, **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
     ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``)."""
+    max_slack = checked_max_slack(max_slack)
     if rounds is not None:
         return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds)
     if table is None:
@@ -52,19 +60,29 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         if fast is not None:
             return fast
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, delta=delta)
-    value, lower, slack = q.nan(), q.nan(), q.nan()
-    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
+    value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     c = None
-    if q.row is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
-        value, lower, slack, outside, edge = rules.eps_at(q.table, q.row, c, q.args["eps0"], q.args["delta"])
-    todo = outside | (slack > max_slack if max_slack is not None else False)
-    grid = q.grid(c, todo, delta=True)
-    if todo.any():
-        q.require_live(live, todo, max_slack)
-        for i in np.flatnonzero(todo):
-            value[i], lower[i] = live_engine.eps(q.mechanism, q.point(i), q.params)
-    return q.answer(value, lower, todo, grid, slack, edge & ~todo)
+    if q.rows is not None:
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
+        value, lower, slack, outside, edge = rules.eps_at(q.table, q.rows, c, q.args["eps0"], q.args["delta"])
+        if max_slack is not None and live and live_engine.available():
+            # a row answered at grid eps0 only (OLH), between grid eps0: no table value, but an
+            # estimate to certify (cheaper than the search)
+            unordered = c.unordered & q.within_ranges()
+            outside &= ~unordered
+            value[unordered], lower[unordered], slack[unordered] = np.inf, np.nan, np.nan
+    source = q.live(live, outside, lambda i: live_engine.eps(q.mechanism, q.point(i), q.params), value, lower)
+    todo = q.loose(live, max_slack, source, slack)
+    if todo.size:
+        from lookup.estimate import eps_estimate
+
+        inside = todo[~edge[todo]]  # off the grid's ranges: no estimate, the engine's search
+        guess = np.full(q.size, np.nan)
+        guess[inside] = eps_estimate(q.table, q.rows, *(q.args[k][inside] for k in ("eps0", "n", "delta")))
+        for i in todo:
+            value[i], slack[i], source[i] = refine.eps(q.mechanism, q.point(i), q.params, value[i], slack[i],
+                                                       guess[i], min(max_slack, refine.STEP))
+    return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
 
 
 def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
@@ -79,36 +97,46 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **
 
 
 def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
-          **params: Any) -> Answer:
-    """Certified delta at ``eps`` (arrays broadcast)."""
+          max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
+    """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation where the
+    table's slack estimate exceeds ``max_slack``."""
+    max_slack = checked_max_slack(max_slack)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
-    value, lower = q.nan(), q.nan()
-    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
+    value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     c = None
-    if q.row is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.row)
-        value, lower, outside, edge = rules.delta_at(q.table, q.row, c, q.args["eps0"], q.args["eps"])
-    grid = q.grid(c, outside)
-    if outside.any():
-        q.require_live(live, outside, None)
-        for i in np.flatnonzero(outside):
-            value[i], lower[i] = live_engine.delta(q.mechanism, q.point(i), q.params)
-    return q.answer(value, lower, outside, grid, q.nan(), edge & ~outside)
+    if q.rows is not None:
+        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
+        value, lower, slack, outside, edge = rules.delta_at(q.table, q.rows, c, q.args["eps0"], q.args["eps"])
+    source = q.live(live, outside, lambda i: live_engine.delta(q.mechanism, q.point(i), q.params), value, lower)
+    for i in q.loose(live, max_slack, source, slack):
+        value[i], slack[i], source[i] = refine.delta(q.mechanism, q.point(i), q.params, value[i], slack[i])
+    return q.answer(value, lower, source, q.grid(c, source), slack, edge)
 
 
 def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-             **params: Any) -> Answer:
-    """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down."""
+             max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
+    """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
+    refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
+    max_slack = checked_max_slack(max_slack)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
-    value = q.nan()
-    outside, edge = np.ones(q.size, bool), np.zeros(q.size, bool)
-    if q.row is not None:
-        value, outside, edge = rules.eps0_max_at(q.table, q.row, q.args["n"], q.args["eps"], q.args["delta"])
-    if outside.any():
-        q.require_live(live, outside, None)
-        for i in np.flatnonzero(outside):
-            value[i] = live_engine.eps0_max(q.mechanism, q.point(i), q.params)
-    return q.answer(value, q.nan(), outside, {}, q.nan(), edge & ~outside)
+    value, slack, outside, edge = q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
+    if q.rows is not None:
+        value, slack, outside, edge = rules.eps0_max_at(q.table, q.rows, q.args["n"], q.args["eps"], q.args["delta"])
+    source = q.live(live, outside, lambda i: (live_engine.eps0_max(q.mechanism, q.point(i), q.params), math.nan),
+                    value, q.nan())
+    todo = q.loose(live, max_slack, source, slack)
+    if todo.size:
+        from lookup.estimate import eps0_estimate
+
+        inside = todo[~edge[todo]]
+        guess = np.full(q.size, np.nan)
+        n_, eps_, delta_ = (q.args[k][inside] for k in ("n", "eps", "delta"))
+        guess[inside] = eps0_estimate(q.table, q.rows, n_, eps_, delta_, value[inside],
+                                      value[inside] * (1 + slack[inside]))
+        for i in todo:
+            value[i], slack[i], source[i] = refine.eps0_max(q.mechanism, q.point(i), q.params, value[i], slack[i],
+                                                            guess[i], min(max_slack, refine.STEP_EPS0))
+    return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
 def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: float, n: float, delta: float,
@@ -123,7 +151,12 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     surface = table.upper[row]
     top_n = len(table.axis_lists[1]) - 1
     value = min(chord(lambda d: float(surface[cell.eps0_up, cell.n_down, d]), cell), eps0)
-    opposite = chord(lambda d: float(surface[max(cell.eps0_down, 0), min(cell.n_up, top_n), d]), cell)
+    far = surface[max(cell.eps0_down, 0), min(cell.n_up, top_n)]
+    opposite = float(far[cell.hi])  # as rules.eps_at: log-log between the grid deltas
+    if cell.t:
+        deltas = table.axis_lists[2]
+        w = math.log(deltas[cell.hi] / delta) / math.log(deltas[cell.hi] / deltas[cell.lo])
+        opposite = float(far[cell.lo]) ** w * opposite ** (1 - w)
     slack = math.nan if cell.edge or opposite <= 0 else value / min(opposite, eps0) - 1
     if max_slack is not None and not slack <= max_slack:
         return None
@@ -144,7 +177,7 @@ def default_table() -> Table:
 
 
 class _Queries:
-    """Validated, broadcast query arrays, the table and the mechanism's row in it."""
+    """Validated, broadcast query arrays, the table and the mechanism's rows in it."""
 
     def __init__(self, mechanism: str, params: dict[str, Any], table: Any, **args: Any) -> None:
         if not isinstance(mechanism, str) or not mechanism:
@@ -163,7 +196,7 @@ class _Queries:
         _check_domain(self.args)
         self.table: Table = table if isinstance(table, Table) else (
             default_table() if table is None else open_table(table))
-        self.row = self.table.row(mechanism, self.params)
+        self.rows = rules.rows(self.table, mechanism, self.params)
 
     def nan(self) -> np.ndarray:
         return np.full(self.size, np.nan)
@@ -171,18 +204,47 @@ class _Queries:
     def point(self, i: int) -> dict[str, float]:
         return {k: float(v[i]) for k, v in self.args.items()}
 
-    def grid(self, c: rules.Corner | None, live: np.ndarray, delta: bool = False) -> dict[str, np.ndarray]:
-        """The grid values a table answer was read at (NaN for live answers): eps0 rounded up, n
-        down, and for eps the grid deltas of the chord (``delta`` = ``delta_upper`` on a grid delta)."""
+    def within_ranges(self) -> np.ndarray:
+        """Queries inside the table's axis ranges (eps0, n and delta between their grid ends)."""
+        t, a = self.table, self.args
+        return ((a["eps0"] >= t.eps0[0]) & (a["eps0"] <= t.eps0[-1]) & (a["n"] >= t.n[0]) & (a["n"] <= t.n[-1])
+                & (a["delta"] >= t.delta[0]) & (a["delta"] <= t.delta[-1]))
+
+    def live(self, allowed: bool, outside: np.ndarray, compute: Any, value: np.ndarray,
+             lower: np.ndarray) -> np.ndarray:
+        """Queries ``outside`` the table computed live (``compute(i)`` -> (value, lower)), in
+        place; returns the source of every answer."""
+        source = np.where(outside, "live", "table").astype(SOURCE)
+        if outside.any():
+            self.require_live(allowed, outside)
+            for i in np.flatnonzero(outside):
+                value[i], lower[i] = compute(i)
+        return source
+
+    def loose(self, allowed: bool, max_slack: float | None, source: np.ndarray, slack: np.ndarray) -> np.ndarray:
+        """Indices of the table answers to refine: slack estimate above ``max_slack`` or unknown
+        (none with ``max_slack=None``, ``live=False`` or without the engine)."""
+        if max_slack is None or not allowed:
+            return np.zeros(0, int)
+        todo = np.flatnonzero(loose(source, slack, max_slack))
+        return todo if todo.size and live_engine.available() else np.zeros(0, int)
+
+    def grid(self, c: rules.Corner | None, source: np.ndarray, delta: bool = False) -> dict[str, np.ndarray]:
+        """The grid values a table answer was read at (NaN for other answers): eps0 rounded up,
+        n down, for eps the grid deltas of the chord (``delta`` = ``delta_upper`` on a grid
+        delta), and ``k`` where k-RR was read at another grid k."""
+        not_table = source != "table"
         if c is None:  # no row: every answer is live
-            c, live = rules.corner(self.table, self.args["eps0"], self.args["n"]), np.ones(self.size, bool)
+            c = rules.corner(self.table, self.args["eps0"], self.args["n"])
         out = {"eps0": self.table.eps0[c.eps0_up], "n": self.table.n[c.n_down]}
         if delta:
             lo, hi = rules.delta_bracket(self.table.delta, self.args["delta"])
             out.update(delta=self.table.delta[lo], delta_upper=self.table.delta[hi])
-        return {k: np.where(live, np.nan, v) for k, v in out.items()}
+        if self.rows is not None and self.rows.k is not None:
+            out["k"] = np.full(self.size, self.rows.k)
+        return {k: np.where(not_table, np.nan, v) for k, v in out.items()}
 
-    def require_live(self, allowed: bool, todo: np.ndarray, max_slack: float | None) -> None:
+    def require_live(self, allowed: bool, todo: np.ndarray) -> None:
         if allowed and live_engine.available():
             return
         i = int(np.flatnonzero(todo)[0])
@@ -192,14 +254,12 @@ class _Queries:
                   f"n {cover['n'][0]:g}..{cover['n'][1]:g} (larger n answered at the largest); "
                   f"delta {cover['delta'][0]:g}..{cover['delta'][1]:g}")
         target = f"{self.mechanism} {self.params or ''} {self.point(i)}".replace("  ", " ")
-        extra = f" within max_slack={max_slack}" if max_slack is not None else ""
-        raise TableError(f"the table cannot answer {target}{extra} and {why}. The table {cover['table']} "
-                         f"covers: {detail}")
+        raise TableError(f"the table cannot answer {target} and {why}. The table {cover['table']} covers: {detail}")
 
-    def answer(self, value: np.ndarray, lower: np.ndarray, live: np.ndarray, grid: dict[str, np.ndarray],
+    def answer(self, value: np.ndarray, lower: np.ndarray, source: np.ndarray, grid: dict[str, np.ndarray],
                slack: np.ndarray, edge: np.ndarray) -> Answer:
-        source = np.where(live, "live", "table")
-        slack = np.where(live, 0.0, slack)
+        slack = np.where(source == "live", 0.0, slack)
+        edge = edge & (source == "table")
         shape = self.shape
 
         def out(a: np.ndarray) -> Any:
@@ -207,6 +267,33 @@ class _Queries:
 
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
                       out(edge))
+
+
+def loose(source: Any, slack: Any, max_slack: float | None) -> np.ndarray:
+    """Where a table answer's slack estimate is above ``max_slack`` or unknown (the answers the
+    engine refines; none for ``max_slack=None``)."""
+    if max_slack is None:
+        return np.zeros(np.shape(source), bool)
+    return (np.asarray(source) == "table") & ~(np.asarray(slack, dtype=float) <= max_slack)
+
+
+def checked_max_slack(value: Any) -> float | None:
+    """``max_slack``: None (table only) or a number (negative: refine every table answer)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"max_slack must be a number or None, got max_slack={value!r}")
+    return float(value)
+
+
+def parse_max_slack(text: str | None) -> float | None:
+    """``--max-slack`` / ``max_slack=`` text: a number, or ``none`` for table-only answers;
+    absent (None): the default ``MAX_SLACK``."""
+    if text is None:
+        return MAX_SLACK
+    if text.strip().lower() == "none":
+        return None
+    return parse_number("max_slack", text)
 
 
 def _numbers(name: str, value: Any) -> np.ndarray:

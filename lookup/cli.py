@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 import lookup
-from lookup.api import finite, json_ready, parse_number
+from lookup.api import MAX_SLACK, finite, json_ready, parse_max_slack, parse_number
 from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
@@ -21,11 +21,14 @@ from lookup.table import TableError
 
 
 def query_options(func: Any) -> Any:
-    """--mechanism, its parameters (lookup/params.py), --n, --table, --no-live and --json."""
+    """--mechanism, its parameters (lookup/params.py), --n, --table, --no-live, --max-slack and --json."""
     options = [
         click.option("--n", required=True, type=str, help="number of users (1e6 accepted)"),
         click.option("--table", default=None, help="table store or device file (default: the shipped table)"),
         click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead"),
+        click.option("--max-slack", type=str, default=None,
+                     help=f"refine table answers whose slack estimate is above this with the engine (default "
+                          f"{MAX_SLACK:g}; 'none': table only)"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
     ]
     for option in reversed(options):
@@ -45,41 +48,41 @@ def main() -> None:
 @query_options
 @click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
-@click.option("--max-slack", type=str, default=None, help="compute live where the table's slack estimate is above")
 @click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs shuffle-eps[compose])")
-def eps(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, delta: str,
-        max_slack: str | None, rounds: str | None, **raw: Any) -> None:
+def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
+        delta: str, rounds: str | None, **raw: Any) -> None:
     """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given."""
-    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "max-slack": max_slack, "rounds": rounds}, table,
-           no_live, as_json, raw)
+    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "rounds": rounds}, table, no_live, max_slack,
+           as_json, raw)
 
 
 @main.command()
 @query_options
 @click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
 @click.option("--eps", "eps_", required=True, type=str, help="target eps >= 0")
-def delta(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps0: str, eps_: str,
-          **raw: Any) -> None:
+def delta(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
+          eps_: str, **raw: Any) -> None:
     """Certified delta at (eps0, n, eps)."""
-    _query("delta", mechanism, {"eps0": eps0, "n": n, "eps": eps_}, table, no_live, as_json, raw)
+    _query("delta", mechanism, {"eps0": eps0, "n": n, "eps": eps_}, table, no_live, max_slack, as_json, raw)
 
 
 @main.command("eps0-max")
 @query_options
 @click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
-def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, as_json: bool, eps_: str, delta: str,
-             **raw: Any) -> None:
+def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool,
+             eps_: str, delta: str, **raw: Any) -> None:
     """Largest eps0 (local budget) whose certified eps at (n, delta) is <= --eps."""
-    _query("eps0_max", mechanism, {"eps": eps_, "n": n, "delta": delta}, table, no_live, as_json, raw)
+    _query("eps0_max", mechanism, {"eps": eps_, "n": n, "delta": delta}, table, no_live, max_slack, as_json, raw)
 
 
 def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str | None, no_live: bool,
-           as_json: bool, raw: dict[str, Any]) -> None:
+           max_slack: str | None, as_json: bool, raw: dict[str, Any]) -> None:
     """Answer ``lookup.<kind>`` for text arguments and print it (the three query commands)."""
     def run() -> dict[str, Any]:
         arguments = query_arguments(numbers, raw)
-        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live, **arguments)
+        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,
+                                       max_slack=parse_max_slack(max_slack), **arguments)
         rounds = arguments.get("rounds")
         return json_ready(kind, answer, int(rounds) if rounds is not None else None)
 

@@ -2,7 +2,8 @@
 
 The cache is in memory and, when ``$SHUFFLE_EPS_CACHE`` names a directory, also on disk (one
 JSON file per answer, written atomically), keyed by the query, the mechanism's parameters and
-the engine version: a cached value is the engine's certified value, never an interpolation.
+the engine version: a cached value is the engine's certified value (or its verdict on a
+candidate, ``certifies``), never an interpolation.
 """
 
 from __future__ import annotations
@@ -34,6 +35,29 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> tupl
     return tuple(_cached("eps", mechanism, point, params, compute))  # type: ignore[return-value]
 
 
+def eps_upper(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
+    """Certified eps alone (no lower bound: faster), from ``tablegen.engine.eps_bounds``."""
+    def compute() -> list[float]:
+        from tablegen.engine import eps_bounds
+
+        return [eps_bounds(mechanism, eps0=point["eps0"], n=int(point["n"]), delta=point["delta"], lower=False,
+                           **params).upper]
+
+    return _cached("eps_upper", mechanism, point, params, compute)[0]
+
+
+def certifies(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> bool:
+    """Whether ``point["eps"]`` is certified at ``point["delta"]`` (one engine evaluation,
+    ``tablegen.engine.certifies``): the certified delta at that eps is <= delta."""
+    def compute() -> list[float]:
+        from tablegen.engine import certifies as engine_certifies
+
+        return [float(engine_certifies(mechanism, eps0=point["eps0"], n=int(point["n"]), eps=point["eps"],
+                                       delta=point["delta"], **params))]
+
+    return _cached("certifies", mechanism, point, params, compute)[0] == 1.0
+
+
 def delta(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> tuple[float, float]:
     """(certified delta, lower bound or NaN) from ``tablegen.engine.delta_bounds``."""
     def compute() -> list[float]:
@@ -43,6 +67,17 @@ def delta(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> tu
         return [b.upper, math.nan if b.lower is None else b.lower]
 
     return tuple(_cached("delta", mechanism, point, params, compute))  # type: ignore[return-value]
+
+
+def delta_upper(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
+    """Certified delta alone (one engine evaluation), from ``tablegen.engine.delta_bounds``."""
+    def compute() -> list[float]:
+        from tablegen.engine import delta_bounds
+
+        return [delta_bounds(mechanism, eps0=point["eps0"], n=int(point["n"]), eps=point["eps"], lower=False,
+                             **params).upper]
+
+    return _cached("delta_upper", mechanism, point, params, compute)[0]
 
 
 def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:

@@ -55,14 +55,25 @@ def _number(value: float) -> str:
 
 
 def _slack(value: Any, result: dict[str, Any]) -> str:
-    if result.get("source") == "live":
+    source = result.get("source")
+    if source == "live":
         return "none (computed live: this is the certified value)"
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "unknown (answered from the edge of the grid)" if result.get("edge") else "not estimated for this query"
+    budget = "eps0" in result and "eps" not in result  # eps0-max: the answer errs low
+    if source == "certified estimate" and budget:
+        return (f"about {100 * value:.3g}% below the live certified eps0-max (the engine refused an eps0 "
+                f"{100 * value:.3g}% larger)")
+    if source == "certified estimate":
+        return (f"at most {100 * value:.3g}% above the live certified value (the engine refused an eps "
+                f"{100 * value:.3g}% smaller)")
     if value <= 0:
-        return "none estimated (eps0 and n are grid values)"
+        return "none estimated (grid values, or no larger than the engine's live value)"
+    if budget:
+        return (f"the live certified eps0-max may be up to {1 + value:.3g}x this answer (+{100 * value:.3g}%, "
+                "estimated from the table)")
     return (f"the table answer may be up to {1 + value:.3g}x the live certified value (+{100 * value:.3g}%, "
-            f"estimated from the grid cell); --max-slack computes live above a bound")
+            "estimated from the table)")
 
 
 def _corner(value: Any, result: dict[str, Any]) -> str:
@@ -80,7 +91,9 @@ def _corner(value: Any, result: dict[str, Any]) -> str:
 
 
 def _source(value: Any, result: dict[str, Any]) -> str:
-    return {"table": "table (precomputed)", "live": "live (computed by the engine)"}.get(value, _plain(value))
+    return {"table": "table (precomputed)", "live": "live (computed by the engine's certified search)",
+            "certified estimate": "certified estimate (interpolated from the table, then certified by the engine)",
+            }.get(value, _plain(value))
 
 
 def _edge(value: Any, result: dict[str, Any]) -> str:

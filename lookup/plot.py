@@ -10,7 +10,8 @@ Kinds (each returns the matplotlib Figure and writes ``out``; PNG or SVG by the 
 * ``slack``: where the conservative lookup of a table is tight or loose: the grid-cell slack
   bound (conservative corner over opposite corner) over (eps0, n) at one delta.
 
-Every point is a lookup answer (``source`` table or live), so the curves are certified.
+Every point is a lookup answer (``source`` table or live; ``max_slack=None``: the table is drawn as
+it is, not refined), so the curves are certified.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _label(mechanism: str, params: dict[str, Any]) -> str:
 
 
 def _series(rows: list[tuple[str, dict[str, Any]]], table: Table, **query: Any) -> list[tuple[str, Any]]:
-    return [(_label(m, p), lookup.eps(m, table=table, **query, **p)) for m, p in rows]
+    return [(_label(m, p), lookup.eps(m, table=table, max_slack=None, **query, **p)) for m, p in rows]
 
 
 def eps_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps0: float, delta: float, table: Table,
@@ -85,9 +86,9 @@ def eps_vs_eps0(rows: list[tuple[str, dict[str, Any]]], *, n: int, delta: float,
 
 def privacy_curve(mechanism: str, params: dict[str, Any], *, eps0: float, n: int, table: Table,
                   out: str | Path) -> Any:
-    top = lookup.eps(mechanism, eps0=eps0, n=n, delta=table.delta[0], table=table, **params).value
+    top = lookup.eps(mechanism, eps0=eps0, n=n, delta=table.delta[0], table=table, max_slack=None, **params).value
     eps = np.linspace(0.0, top, 80)[1:]
-    a = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, table=table, **params)
+    a = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, table=table, max_slack=None, **params)
     fig, ax = _figure()
     ax.semilogy(eps, a.value, label="certified delta(eps)")
     return _finish(fig, ax, "eps", "delta", f"{_label(mechanism, params)}, eps0 = {eps0:g}, n = {n:g}", out)
@@ -98,7 +99,7 @@ def eps0_max_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps: float, delta: 
     n = table.n
     fig, ax = _figure()
     for m, p in rows:
-        a = lookup.eps0_max(m, eps=eps, n=n, delta=delta, table=table, **p)
+        a = lookup.eps0_max(m, eps=eps, n=n, delta=delta, table=table, max_slack=None, **p)
         ax.semilogx(n, a.value, "o-", ms=3, label=_label(m, p))
     title = f"local budget for (eps, delta) = ({eps:g}, {delta:g})"
     return _finish(fig, ax, "n (users)", "largest certified eps0", title, out)

@@ -1,15 +1,16 @@
 """``lookup serve``: a read-only JSON endpoint over the lookup (standard library, threads).
 
-    GET /v1/eps?mechanism=krr&k=10&eps0=2&n=1e6&delta=1e-8[&max_slack=0.05][&live=false]
+    GET /v1/eps?mechanism=krr&k=10&eps0=2&n=1e6&delta=1e-8[&max_slack=0.05|none][&live=false]
     GET /v1/delta?mechanism=generic&eps0=1&n=1e5&eps=0.2
     GET /v1/eps0-max?mechanism=krr&k=10&eps=0.5&n=1e5&delta=1e-8
     GET /v1/info
 
-Answers as the CLI's ``--json``.  Every bad request is a 400 with ``{"error": "..."}`` naming
-the parameter (404 unknown path, 405 other methods, 413 a body, 414 an oversized URL); table
-answers never wait; live computations run in a bounded pool (``max_live`` at once, each
-waited for at most ``live_timeout`` seconds) and are answered 503 when the pool is busy or the
-time is up.  At most ``max_connections`` connections are handled at once (one thread each; a
+Answers as the CLI's ``--json``; ``max_slack`` (every query endpoint) as ``--max-slack``.
+Every bad request is a 400 with ``{"error": "..."}`` naming the parameter (404 unknown path,
+405 other methods, 413 a body, 414 an oversized URL); table answers within ``max_slack`` never
+wait; live computations and refinements (``refine.py``) run in a bounded pool (``max_live`` at
+once, each waited for at most ``live_timeout`` seconds) and are answered 503 when the pool is
+busy or the time is up.  At most ``max_connections`` connections are handled at once (one thread each; a
 request must arrive within 10 s in all); further connections get a 503 and are closed.
 """
 
@@ -26,16 +27,17 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import lookup
-from lookup.api import finite, json_ready
+from lookup import live as live_engine
+from lookup.api import finite, json_ready, loose, parse_max_slack
 from lookup.params import HELP, query_arguments
 from lookup.table import Table, TableError, open_table
 
 MAX_URL = 2048
 REQUEST_SECONDS = 10  # to receive a request line and headers, in all
 ENDPOINTS = {
-    "/v1/eps": ("eps", {"eps0", "n", "delta"}, {"max_slack"}),
-    "/v1/delta": ("delta", {"eps0", "n", "eps"}, set()),
-    "/v1/eps0-max": ("eps0_max", {"eps", "n", "delta"}, set()),
+    "/v1/eps": ("eps", {"eps0", "n", "delta"}),
+    "/v1/delta": ("delta", {"eps0", "n", "eps"}),
+    "/v1/eps0-max": ("eps0_max", {"eps", "n", "delta"}),
 }
 
 
@@ -58,8 +60,8 @@ class Service:
             if query:
                 raise ValueError(f"/v1/info takes no parameters, got {sorted(query)[0]!r}")
             return self.table.coverage()
-        kind, required, optional = ENDPOINTS[path]
-        allowed = required | optional | set(HELP) | {"mechanism", "live"}
+        kind, required = ENDPOINTS[path]
+        allowed = required | set(HELP) | {"mechanism", "live", "max_slack"}
         unknown = sorted(set(query) - allowed)
         if unknown:
             raise ValueError(f"unknown parameter {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -67,13 +69,17 @@ class Service:
         if missing:
             raise ValueError(f"missing parameter {missing[0]!r}")
         live = _boolean(query.get("live", "true"))
-        kwargs = query_arguments({name: query.get(name) for name in required | optional}, query)
+        kwargs = query_arguments({name: query.get(name) for name in required}, query)
+        kwargs["max_slack"] = parse_max_slack(query.get("max_slack"))
         call = getattr(lookup, kind)
         try:  # the table alone: instant, no pool
             result = call(query["mechanism"], table=self.table, live=False, **kwargs)
         except TableError:
             if not live:
                 raise
+            result = None
+        if result is None or (live and loose(result.source, result.slack, kwargs["max_slack"]).any()
+                              and live_engine.available()):
             result = self._live(call, query["mechanism"], kwargs)
         return json_ready(kind, result)
 

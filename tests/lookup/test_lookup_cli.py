@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from lookup.cli import main
+from lookup.output import words
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -18,7 +19,7 @@ def run(*args: str) -> tuple[int, str, str]:
 def test_eps_delta_eps0_max_info(table_path: Path) -> None:
     t = str(table_path)
     code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
-                       "--table", t, "--json")
+                       "--table", t, "--json", "--max-slack", "none")
     assert code == 0
     answer = json.loads(out)
     assert {"eps", "eps_lower", "certified", "source", "corner", "slack"} <= set(answer)
@@ -69,20 +70,32 @@ def test_composed_mechanisms_are_answered_live(table_path: Path) -> None:
 
 
 def test_text_output_is_in_words(table_path: Path) -> None:
-    """No Python reprs (None, dicts, True); slack as a factor and percentage; info labelled."""
+    """No Python reprs (None, dicts, True); slack as a factor and percentage; source in words; info labelled."""
     t = str(table_path)
-    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
-                       "--table", t)
-    answer = json.loads(run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
-                            "--table", t, "--json")[1])
+    query = ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6", "--table", t]
+    code, out, _ = run(*query, "--max-slack", "none")
+    answer = json.loads(run(*query, "--json", "--max-slack", "none")[1])
     lines = dict(line.split(": ", 1) for line in out.splitlines())
     assert code == 0 and not any(word in out for word in ("None", "{", "True", "nan"))
     assert float(lines["eps"]) == answer["eps"]  # certified numbers printed in full
     assert lines["corner"] == "grid point eps0 2, n 40, delta on the chord between 1e-07 and 1e-05"
     assert lines["slack"].startswith(f"the table answer may be up to {1 + answer['slack']:.3g}x the live")
     assert f"(+{100 * answer['slack']:.3g}%" in lines["slack"]
-    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
-                       "--table", t, "--max-slack", "0")
+    assert lines["source"] == "table (precomputed)"
+    code, out, _ = run(*query)  # the default max slack: refined by the engine
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert code == 0 and lines["corner"] == "none (computed live)"
+    assert lines["source"] in ("certified estimate (interpolated from the table, then certified by the engine)",
+                               "live (computed by the engine's certified search)")
+    refined = {"eps": 0.5, "source": "certified estimate", "slack": 0.0198}
+    assert words("slack", 0.0198, refined) == ("at most 1.98% above the live certified value (the engine refused "
+                                               "an eps 1.98% smaller)")
+    budget = {"eps0": 2.0, "source": "certified estimate", "slack": 0.0198}
+    assert words("slack", 0.0198, budget).startswith("about 1.98% below the live certified eps0-max")
+    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "9", "--n", "50", "--delta", "1e-6",
+                       "--table", t)
     assert "source: live" in out and "corner: none (computed live)" in out and "slack: none (computed live" in out
+    code, _, err = run(*query, "--max-slack", "lots")
+    assert code == 2 and "max_slack must be a number" in err
     code, out, _ = run("info", "--table", t)
     assert code == 0 and "eps0: 0.5 to 4 (4 grid values)" in out and "mechanisms: krr k=3, generic" in out

@@ -27,7 +27,10 @@ def serving(table_path: Path, live_timeout: float) -> Iterator[str]:
 
 @pytest.fixture()
 def base(table_path: Path) -> Iterator[str]:
-    """A server whose live computations time out at once (every live query is a 503)."""
+    """A server whose live computations time out at once (every live query not cached is a 503)."""
+    import lookup.live
+
+    lookup.live._MEMORY.clear()  # other tests' answers
     yield from serving(table_path, live_timeout=0.001)
 
 
@@ -46,13 +49,15 @@ def get(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int, 
 
 
 def test_answers_match_the_library(base: str, table_path: Path) -> None:
-    status, body = get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6")
+    status, body = get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=none")
     assert status == 200 and body["source"] == "table" and body["certified"] is True
-    assert body["eps"] == lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path).value
-    status, body = get(f"{base}/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9")
+    assert body["eps"] == lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path, max_slack=None).value
+    status, body = get(f"{base}/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9&max_slack=none")
     assert status == 200 and "delta" in body
-    status, body = get(f"{base}/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6")
+    status, body = get(f"{base}/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6&max_slack=none")
     assert status == 200 and body["eps0"] >= 0.9
+    # the default max slack refines the first answer with the engine: a live computation (503 here)
+    assert get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6")[0] == 503
     status, body = get(f"{base}/v1/info")
     assert status == 200 and body["mechanisms"] == ["krr k=3", "generic"]
 
@@ -86,6 +91,16 @@ def test_bad_requests(base: str, query: str, status: int, message: str) -> None:
 def test_read_only(base: str) -> None:
     assert get(f"{base}/v1/info", method="POST", data=b"x")[0] == 405
     assert get(f"{base}/v1/info", method="DELETE")[0] == 405
+
+
+def test_refined_answers_match_the_library(patient: str, table_path: Path) -> None:
+    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=0.02")
+    expected = lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path, max_slack=0.02)
+    assert status == 200 and (body["eps"], body["source"], body["slack"]) == (expected.value, expected.source,
+                                                                              expected.slack)
+    assert body["source"] != "table"
+    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=x")
+    assert status == 400 and "max_slack must be a number" in body["error"]
 
 
 def test_live_answers_and_engine_errors(patient: str) -> None:

@@ -1,0 +1,94 @@
+"""Estimate, then certify: table answers whose slack estimate exceeds ``max_slack``, refined.
+
+For eps, with the smooth estimate e of ``estimate.py`` and a step s (``STEP`` = 1.98%, or
+``max_slack`` if smaller; for eps0_max ``STEP_EPS0`` = 0.98%): the engine checks
+low = e / sqrt(1 + s) (one evaluation of ``tablegen.engine.certifies``: is the certified delta
+at that eps <= delta?).  If low is NOT
+certified, the engine's own search could not go below it, and the candidates low (1 + s),
+low (1 + s)^2 are checked in turn: the first one certified is published, with source
+``"certified estimate"`` and slack s (its ratio to an eps the engine refused).  It is certified
+by the engine's check itself; the raw estimate is never published.  If low IS certified (the
+estimate was too high), or neither candidate is, the engine's full certified search answers
+(``"live"``).  The answer is never above the table's certified value (both are certified; the
+smaller is kept: a table value within the bracket is kept with its measured slack), and when
+the engine cannot answer the table value stands.  eps0_max is the mirror image (brackets from
+above, the larger certified eps0 kept); delta needs no estimate: the engine's certified delta is
+itself one evaluation.
+
+Each function takes one query and the table's certified answer and returns (value, slack,
+source).  Engine results and verdicts are cached by ``live.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lookup import live
+
+STEP = 0.0198  # bracket of a certified eps estimate: published slack at most 1.98%, below the default 2%
+STEP_EPS0 = 0.0098  # the same for eps0_max: within 1% of the engine's eps0_max
+TIERS = 2  # candidates checked beyond the refused value before the full search (eps0_max: one more)
+CERTIFIED = "certified estimate"
+Refined = tuple[float, float, str]
+
+
+def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
+        estimate: float, step: float) -> Refined:
+    """Certified eps at ``point`` (eps0, n, delta) no larger than the table's ``table`` (inf:
+    none); ``estimate``: the smooth estimate (NaN off the grid: straight to the engine's search)."""
+    def certified(e: float) -> bool:
+        return e >= point["eps0"] or live.certifies(mechanism, {**point, "eps": e}, params)
+
+    try:
+        low = estimate / math.sqrt(1 + step) if estimate > 0 and step > 0 else math.nan
+        if low < table and not certified(low):
+            for _ in range(TIERS):
+                candidate = min(low * (1 + step), point["eps0"])
+                if candidate >= table:  # the table is within the bracket already
+                    return table, table / low - 1, "table"
+                if certified(candidate):
+                    return candidate, candidate / low - 1, CERTIFIED
+                low = candidate
+        found = live.eps_upper(mechanism, point, params)
+    except ValueError:  # the engine cannot answer: the table's certified value stands (if any)
+        if math.isinf(table):
+            raise
+        return table, slack, "table"
+    return (found, 0.0, "live") if found < table else (table, 0.0, "table")
+
+
+def delta(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float) -> Refined:
+    """Certified delta at ``point`` (eps0, n, eps) no larger than the table's ``table``: one
+    engine evaluation."""
+    try:
+        found = live.delta_upper(mechanism, point, params)
+    except ValueError:
+        return table, slack, "table"
+    return (found, 0.0, "live") if found < table else (table, 0.0, "table")
+
+
+def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
+             estimate: float, step: float) -> Refined:
+    """Certified eps0_max at ``point`` (eps, n, delta) no smaller than the table's ``table``:
+    an eps0 whose certified eps at (n, delta) is <= eps (any eps0 the engine certifies is a
+    valid answer, whether or not eps is monotone in eps0).  The slack is the ratio of an eps0
+    the engine refused to the answer (an estimate: a larger eps0 might pass again)."""
+    def certified(e0: float) -> bool:
+        return live.certifies(mechanism, {"eps0": e0, "n": point["n"], "eps": point["eps"], "delta": point["delta"]},
+                              params)
+
+    try:
+        high = estimate * math.sqrt(1 + step) if estimate > 0 and step > 0 else math.nan
+        if high > table and not certified(high):
+            for _ in range(TIERS + 1):
+                candidate = high / (1 + step)
+                if candidate <= table:
+                    return table, high / table - 1, "table"
+                if certified(candidate):
+                    return candidate, high / candidate - 1, CERTIFIED
+                high = candidate
+        found = live.eps0_max(mechanism, point, params)
+    except ValueError:
+        return table, slack, "table"
+    return (found, 0.0, "live") if found > table else (table, 0.0, "table")

@@ -1,0 +1,227 @@
+"""max_slack and estimate-then-certify: refined answers are certified (exact sums of the k-RR and
+clone laws, independent of the engine and the table), never above the table, labelled by source;
+table-only answers never touch the engine; k-RR between grid k is answered from a smaller k."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_law, olh_upper_law
+
+import lookup
+import lookup.live
+from lookup import refine
+from lookup.estimate import pchip
+
+EPS0 = st.floats(0.55, 3.9)
+N = st.integers(21, 100)
+DELTA = st.floats(1.1e-9, 9e-4).map(float)
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
+SOURCES = {"table", "certified estimate", "live"}
+
+
+def law(mechanism: str, eps0: float, eps: float, k: int = 3) -> tuple[list[float], list[float]]:
+    return krr_upper_law(eps0, eps, k) if mechanism == "krr" else clone_law(eps0, eps)
+
+
+def params(mechanism: str) -> dict:
+    return {"k": 3} if mechanism == "krr" else {}
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_pchip_matches_scipy(k: int) -> None:
+    from scipy.interpolate import PchipInterpolator
+
+    rng = np.random.default_rng(k)
+    x = np.sort(rng.uniform(0, 10, (50, k)), axis=1)
+    y = rng.normal(size=(50, 3, k))
+    t = rng.uniform(x[:, 0], x[:, -1])
+    expected = np.array([PchipInterpolator(x[i], y[i], axis=1)(t[i]) for i in range(50)])
+    assert np.allclose(pchip(x, y, t), expected, rtol=1e-12, atol=1e-12)
+
+
+@SETTINGS
+@given(mechanism=st.sampled_from(["krr", "generic"]), eps0=EPS0, n=N, delta=DELTA)
+def test_refined_eps_is_certified_and_never_above_the_table(table_path: Path, mechanism: str, eps0: float, n: int,
+                                                            delta: float) -> None:
+    table = lookup.eps(mechanism, eps0=eps0, n=n, delta=delta, table=table_path, max_slack=None, **params(mechanism))
+    a = lookup.eps(mechanism, eps0=eps0, n=n, delta=delta, table=table_path, max_slack=-1.0, **params(mechanism))
+    assert table.source == "table" and a.source in SOURCES
+    assert a.value <= table.value
+    assert exact_delta(*law(mechanism, eps0, a.value), n) <= delta * (1 + 1e-9)
+    if a.source == "certified estimate":
+        assert a.slack <= refine.STEP * (1 + 1e-9) and a.value < table.value
+    if a.source == "table":
+        assert a.value == table.value
+
+
+@SETTINGS
+@given(mechanism=st.sampled_from(["krr", "generic"]), eps0=EPS0, n=N, eps=st.floats(0.05, 2.0))
+def test_refined_delta_and_eps0_max_are_certified(table_path: Path, mechanism: str, eps0: float, n: int,
+                                                   eps: float) -> None:
+    kw = dict(table=table_path, **params(mechanism))
+    table = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, max_slack=None, **kw)
+    a = lookup.delta(mechanism, eps0=eps0, n=n, eps=eps, **kw)
+    assert a.value <= table.value and a.source in {"table", "live"}
+    assert exact_delta(*law(mechanism, eps0, eps), n) <= a.value * (1 + 1e-9)
+    table_budget = lookup.eps0_max(mechanism, eps=eps, n=n, delta=1e-6, max_slack=None, **kw)
+    budget = lookup.eps0_max(mechanism, eps=eps, n=n, delta=1e-6, **kw)
+    assert budget.value >= table_budget.value and budget.source in SOURCES
+    assert exact_delta(*law(mechanism, budget.value, eps), n) <= 1e-6 * (1 + 1e-9)
+
+
+def test_eps0_max_refined_close_to_live(table_path: Path) -> None:
+    from tablegen.engine import eps0_max
+
+    for eps, n in [(0.9, 50), (0.6, 70), (1.2, 30)]:
+        a = lookup.eps0_max("krr", eps=eps, n=n, delta=1e-6, table=table_path, k=3)
+        live = eps0_max("krr", eps=eps, n=n, delta=1e-6, k=3)
+        assert live * (1 - 0.031) <= a.value <= live * (1 + 1e-3)
+
+
+@pytest.fixture()
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any call into the engine fails the test."""
+    def refuse(*args: object) -> None:
+        raise AssertionError("the engine was called")
+
+    monkeypatch.setattr(lookup.live, "_cached", refuse)
+    monkeypatch.setitem(sys.modules, "tablegen.engine", None)  # import tablegen.engine raises
+
+
+def test_max_slack_none_never_calls_the_engine(table_path: Path, no_engine: None) -> None:
+    rng = np.random.default_rng(4)
+    eps0, n, delta = rng.uniform(0.5, 4, 40), rng.integers(20, 500, 40), 10 ** rng.uniform(-9, -2, 40)
+    a = lookup.eps("krr", eps0=eps0, n=n, delta=delta, table=table_path, max_slack=None, k=3)
+    assert np.all(a.source == "table") and np.nanmax(a.slack) > 0.02
+    for i in range(5):
+        assert lookup.eps("generic", eps0=eps0[i], n=int(n[i]), delta=delta[i], table=table_path,
+                          max_slack=None).source == "table"
+    eps = a.value * 1.01  # inside the table's curves
+    assert np.all(lookup.delta("krr", eps0=eps0, n=n, eps=eps, table=table_path, max_slack=None, k=3).source
+                  == "table")
+    assert np.all(lookup.eps0_max("krr", eps=eps, n=n, delta=delta, table=table_path, max_slack=None, k=3).source
+                  == "table")
+
+
+def test_scalar_answers_within_max_slack_stay_engine_free(table_path: Path, no_engine: None) -> None:
+    t = lookup.open_table(table_path)
+    a = lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=t, k=3)  # grid eps0 and n: slack 0
+    assert a.source == "table" and a.slack == 0.0
+
+
+def test_live_off_or_no_engine_answers_from_the_table(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    query = dict(eps0=1.5, n=50, delta=1e-6, table=table_path, k=3)
+    a = lookup.eps("krr", live=False, **query)
+    assert a.source == "table" and a.slack > 0.02  # reported, not refined
+    monkeypatch.setattr(lookup.live, "available", lambda: False)
+    b = lookup.eps("krr", **query)
+    assert (b.value, b.source, b.slack) == (a.value, a.source, a.slack)
+
+
+def test_an_uncertified_estimate_is_never_published(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tablegen.engine import eps_bounds
+
+    query = dict(eps0=1.5, n=50, delta=1e-6, table=table_path, k=3)
+    table = lookup.eps("krr", max_slack=None, **query)
+    monkeypatch.setattr(lookup.live, "certifies", lambda *args: False)
+    a = lookup.eps("krr", **query)
+    live = eps_bounds("krr", eps0=1.5, n=50, delta=1e-6, k=3, lower=False).upper
+    assert (a.source, a.value) == (("live", live) if live < table.value else ("table", table.value))
+
+    def broken(*args: object) -> None:
+        raise ValueError("engine cannot answer")
+
+    monkeypatch.setattr(lookup.live, "certifies", broken)
+    monkeypatch.setattr(lookup.live, "eps_upper", broken)
+    b = lookup.eps("krr", **query)
+    assert (b.value, b.source, b.slack) == (table.value, "table", table.slack)
+
+
+def test_max_slack_is_checked(table_path: Path) -> None:
+    for bad in ("0.1", float("nan"), True):
+        with pytest.raises(ValueError, match="max_slack must be a number or None"):
+            lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, table=table_path, max_slack=bad, k=3)
+
+
+# --------------------------------------------------------------------------- k-RR between grid k, OLH between grid eps0
+
+K_SPEC = """
+title = "two k"
+[axes]
+eps0 = [1.0, 2.0, 4.0]
+n = [20, 40]
+delta = [1e-7, 1e-5, 1e-3]
+[settings]
+resolution = 5
+lower_resolution = 10
+[[mechanism]]
+family = "krr"
+k = [2, 5]
+[[mechanism]]
+family = "olh"
+"""
+
+
+@pytest.fixture(scope="module")
+def two_k(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tablegen.build import build
+    from tablegen.spec import spec_from_dict
+
+    out = tmp_path_factory.mktemp("two_k") / "k.zarr"
+    build(spec_from_dict(tomllib.loads(K_SPEC), "two-k"), out, workers=0, progress=False, log=lambda _: None)
+    return out
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(k=st.integers(2, 12), eps0=st.floats(0.2, 5.0), fraction=st.floats(0.05, 0.95), n=st.integers(1, 30))
+def test_krr_delta_is_non_increasing_in_k(k: int, eps0: float, fraction: float, n: int) -> None:
+    """The convex-order argument of rules.rows, checked by exact sums."""
+    eps = fraction * eps0
+    assert exact_delta(*krr_upper_law(eps0, eps, k + 1), n) <= exact_delta(*krr_upper_law(eps0, eps, k), n) + 1e-15
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_krr_between_grid_k_is_answered_from_the_smaller_k(two_k: Path, k: int) -> None:
+    rng = np.random.default_rng(k)
+    for eps0, n, delta in zip(rng.uniform(1, 4, 6), rng.integers(20, 60, 6), 10 ** rng.uniform(-7, -3, 6),
+                              strict=True):
+        a = lookup.eps("krr", eps0=eps0, n=int(n), delta=delta, table=two_k, max_slack=None, k=k)
+        smaller = lookup.eps("krr", eps0=eps0, n=int(n), delta=delta, table=two_k, max_slack=None, k=2)
+        assert a.source == "table" and a.corner["k"] == 2 and a.value == smaller.value
+        assert exact_delta(*krr_upper_law(eps0, a.value, k), int(n)) <= delta * (1 + 1e-9)
+        if np.isfinite(a.lower) and a.lower > 0:  # from k = 5: still below the exact value at k
+            assert max(exact_delta(*law_, int(n)) for law_ in krr_lower_laws(eps0, a.lower, k)) > delta
+        refined = lookup.eps("krr", eps0=eps0, n=int(n), delta=delta, table=two_k, k=k)
+        assert refined.value <= a.value and refined.source in SOURCES
+        assert exact_delta(*krr_upper_law(eps0, refined.value, k), int(n)) <= delta * (1 + 1e-9)
+    budget = lookup.eps0_max("krr", eps=0.8, n=40, delta=1e-5, table=two_k, max_slack=None, k=k)
+    assert exact_delta(*krr_upper_law(budget.value, 0.8, k), 40) <= 1e-5 * (1 + 1e-9)
+
+
+def test_krr_above_the_largest_grid_k(two_k: Path) -> None:
+    a = lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=two_k, max_slack=None, k=9)
+    assert a.source == "table" and a.edge and np.isnan(a.slack) and a.corner["k"] == 5
+    assert lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=two_k, k=9).source == "live"  # slack unknown
+    with pytest.raises(ValueError, match="k must be an integer"):  # not a k-RR: no row, the engine refuses
+        lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, table=two_k, k=2.5)
+
+
+def test_olh_between_grid_eps0_is_estimated_and_certified(two_k: Path) -> None:
+    """OLH's default g changes with eps0, so the table answers grid eps0 only; between them the
+    estimate is certified at the query's own eps0 (and g) instead of a full search."""
+    import math
+
+    for eps0, n, delta in [(1.5, 30, 1e-6), (2.7, 25, 1e-4)]:
+        a = lookup.eps("olh", eps0=eps0, n=n, delta=delta, table=two_k)
+        assert a.source in ("certified estimate", "live") and np.isnan(a.lower)
+        g = round(math.exp(eps0)) + 1
+        assert exact_delta(*olh_upper_law(eps0, a.value, g), n) <= delta * (1 + 1e-9)
+        with pytest.raises(lookup.TableError, match="live computation is off"):
+            lookup.eps("olh", eps0=eps0, n=n, delta=delta, table=two_k, live=False)
