@@ -62,13 +62,13 @@ def latency(table: str) -> list[str]:
     n = np.round(10 ** rng.uniform(2, 8, 20000)).tolist()
     delta = (10 ** rng.uniform(-12, -3, 20000)).tolist()
     times, grid_times = [], []
-    grid_eps0, grid_n = rng.choice(t.eps0, 20000).tolist(), rng.choice(t.n, 20000).tolist()
+    grid = [rng.choice(axis, 20000).tolist() for axis in (t.eps0, t.n, t.delta)]
     for i in range(20000):
         start = time.perf_counter()
         lookup.eps("krr", eps0=eps0[i], n=n[i], delta=delta[i], table=t, max_slack=None, k=10)
         times.append(time.perf_counter() - start)
-        start = time.perf_counter()  # the default max_slack, inside it (grid eps0 and n: slack 0)
-        lookup.eps("krr", eps0=grid_eps0[i], n=grid_n[i], delta=delta[i], table=t, k=10)
+        start = time.perf_counter()  # the default max_slack, inside it (grid points: slack 0)
+        lookup.eps("krr", eps0=grid[0][i], n=grid[1][i], delta=grid[2][i], table=t, k=10)
         grid_times.append(time.perf_counter() - start)
     times.sort()
     grid_times.sort()
@@ -80,7 +80,7 @@ def latency(table: str) -> list[str]:
     return [f"- scalar `lookup.eps` (krr k=10, random in-grid queries, table open, max_slack=None): p50 "
             f"{statistics.median(times) * 1e6:.1f} us, p90 {times[int(0.9 * len(times))] * 1e6:.1f} us "
             "(target p50 < 20 us)",
-            f"- the same with the default max_slack, queries within it (grid eps0 and n): p50 "
+            f"- the same with the default max_slack, queries within it (grid points): p50 "
             f"{statistics.median(grid_times) * 1e6:.1f} us, p90 {grid_times[int(0.9 * len(grid_times))] * 1e6:.1f} us",
             f"- vectorised: {rate:.3g} queries/s for 10^6 queries in one call, max_slack=None (target > 1e6)"]
 
