@@ -30,8 +30,8 @@ from tablegen.decomposition import Decomposition
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
-from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding, saddlepoint
-from tablegen.engine.search import root, shrink_bracket
+from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding
+from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
 
 RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
@@ -39,6 +39,8 @@ LOWER_RESOLUTION = 60.0  # finer for the lower bound, which pays for the roundin
 RTOL = 1e-4
 SPECTRAL_COMPONENTS = 400  # laws with more components (large joint products) use the FFT path
 SEARCH_POINTS = 8  # eps values evaluated together per round of the vectorised search
+GUESS_GRIDS = (40, 16)  # eps grid sizes of the two rounds of the starting guess
+GUESS_SPAN = 1.03  # the first round spans guess / GUESS_SPAN .. guess * GUESS_SPAN (guesses are within ~1.5%)
 EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
 FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
 
@@ -251,22 +253,24 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
     """Certified eps(delta): chord of an evaluated bracket, capped at eps0.
 
     Rounds of SEARCH_POINTS evaluations at once narrow a bracket [a, b] with
-    delta_up(a) > delta >= delta_up(b).  The exact delta is convex in alpha = e^eps (a hockey-stick
-    divergence; for each decomposition (1/n) E[(sum_i U_i - alpha V_i)_+] is an expectation of a
-    convex function of alpha), so the chord through the two evaluated upper points lies above it:
-    where the chord meets delta is certified (DESIGN.md section 3), and it is at most b.  It is
-    returned when its own evaluation certifies it too (so every answer is an evaluated point,
-    as before), else b.
+    delta_up(a) > delta >= delta_up(b): the first round spans the Bahadur-Rao guess by a factor
+    GUESS_SPAN, later ones cluster around the crossing predicted by log delta linear in eps
+    between the ends (``_refine``), so two rounds usually close it to rtol.  The exact delta is
+    convex in alpha = e^eps (a hockey-stick divergence; for each decomposition
+    (1/n) E[(sum_i U_i - alpha V_i)_+] is an expectation of a convex function of alpha, and the
+    extra delta0 term is linear in alpha), so the chord through the two evaluated upper points
+    lies above it: where the chord meets delta is certified (DESIGN.md section 3) and at most b.
+    It is returned when its own evaluation certifies it too (so that delta_bounds at the answer
+    is <= delta, as users check), else b.
     """
-    if q.delta_upper(q.eps0) > delta:
+    if q.extra_delta(q.eps0) > 0 and q.delta_upper(q.eps0) > delta:
         # only possible with an n * delta0 term: eps0 itself is still certified when delta >= delta0
         return trivial_eps0(q, delta)
     floor = q.eps0 * 1e-9
     guess = min(max(guess_eps(q, delta), floor), q.eps0)
     a, da, b, db = floor, math.inf, q.eps0, 0.0
-    lo, hi = max(floor, guess / 1.5), min(q.eps0, guess * 1.5)
+    points = np.geomspace(max(floor, guess / GUESS_SPAN), min(q.eps0, guess * GUESS_SPAN), SEARCH_POINTS)
     for _ in range(40):
-        points = np.geomspace(lo, hi, SEARCH_POINTS)
         values = q.delta_upper_many(points)
         above = ~(values <= delta)  # NaN certifies nothing
         if above.any():
@@ -278,20 +282,32 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
             if points[j] <= b:
                 b, db = float(points[j]), float(values[j])
         if a == floor and not above.any():  # everything tried certifies: look lower
-            if lo <= floor:
+            if points.min() <= floor:
                 return floor
-            lo, hi = max(floor, lo / 100), lo
+            points = np.geomspace(max(floor, points.min() / 100), points.min(), SEARCH_POINTS)
             continue
         if b == q.eps0 and above.all():  # nothing tried certifies: look higher
-            lo, hi = hi, min(q.eps0, hi * 100)
+            points = np.geomspace(points.max(), min(q.eps0, points.max() * 100), SEARCH_POINTS)
             continue
         if b - a <= rtol * b:
             break
-        lo, hi = a, b
+        points = _refine(a, da, b, db, delta, rtol)
     chord = chord_eps(a, da, b, db, delta)
     if chord < b and q.delta_upper(chord) <= delta:  # certified by convexity and by evaluation
         return min(q.eps0, chord)
     return min(q.eps0, b)
+
+
+def _refine(a: float, da: float, b: float, db: float, delta: float, rtol: float) -> np.ndarray:
+    """Next points inside (a, b): a cluster at relative distances rtol/4, rtol and 4 rtol around
+    the crossing predicted by log delta linear in eps (where both ends are finite and
+    positive), plus two geometric points so a poor prediction still shrinks the bracket."""
+    centre = math.sqrt(a * b)
+    if math.isfinite(da) and db > 0 and da > db:
+        centre = a + (b - a) * math.log(da / delta) / math.log(da / db)
+    cluster = centre * (1 + rtol * np.array([-4.0, -1.0, -0.25, 0.25, 1.0, 4.0]))
+    points = np.concatenate([cluster, np.geomspace(a, b, 4)[1:3]])
+    return np.unique(points[(points > a) & (points < b)])
 
 
 def chord_eps(a: float, da: float, b: float, db: float, delta: float) -> float:
@@ -311,20 +327,25 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
     delta_low(a) > delta proves exact delta(a) > delta, so the exact eps(delta) is above a
     (delta is non-increasing); b = eps_upper needs no evaluation (delta_low <= delta_up <= delta
     there).  Rounds of SEARCH_POINTS evaluations at once: first at fixed relative distances below
-    eps_upper, then geometrically further down until the curve is above delta, then inside the
-    bracket, until it is narrower than rtol.
+    eps_upper, then geometrically further down until the curve is above delta, then clustered
+    around the predicted crossing (``_refine``), until the bracket is narrower than rtol.
     """
     floor = q.eps0 * 1e-9
-    a, b = 0.0, eps_upper
+    a, da, b, db = 0.0, math.inf, eps_upper, 0.0
     points = eps_upper * (1 - np.array([1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3]))
     for _ in range(60):
         points = np.unique(np.clip(points, floor, b))
-        above = ~(q.delta_lower_many(points) <= delta)
+        values = q.delta_lower_many(points)
+        above = ~(values <= delta)
         if above.any():
-            a = max(a, float(points[above].max()))
+            i = int(np.flatnonzero(above).max())
+            if points[i] > a:
+                a, da = float(points[i]), float(values[i])
         below = ~above & (points > a)
         if below.any():
-            b = min(b, float(points[below].min()))
+            j = int(np.flatnonzero(below).min())
+            if points[j] < b:
+                b, db = float(points[j]), float(values[j])
         if a == 0.0:
             if points.min() <= floor:
                 return 0.0  # the lower curve is below delta down to eps0 * 1e-9
@@ -332,7 +353,7 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
             continue
         if b - a <= rtol * b:
             break
-        points = np.geomspace(a, b, SEARCH_POINTS + 2)[1:-1]
+        points = _refine(a, da, b, db, delta, rtol)
     return a
 
 
@@ -347,22 +368,35 @@ def trivial_eps0(q: Query, delta: float) -> float:
 
 
 def guess_eps(q: Query, delta: float) -> float:
-    """Starting point of the search: the Bahadur-Rao approximation of the first upper law."""
-    d = q.upper[0]
+    """Starting point of the search: where the Bahadur-Rao approximation of the first upper law,
+    log delta ~ n Lambda(lambda) - log(n lambda^2 sd_lambda sqrt(2 pi n)), meets delta, found on two
+    geometric grids of eps (vectorised) and read linearly between the last two grid points.
 
-    def log_excess(eps: float) -> float:
-        law = AtomLaw(*d.law(eps))
-        lam = saddlepoint(law)
-        if lam <= 0:
-            return 1.0
-        sd = math.sqrt(q.n * law.tilted(lam).variance())
-        log_m = q.n * float(law.log_mgf(lam)[0])
-        return log_m - math.log(q.n * lam * lam * sd * math.sqrt(2 * math.pi)) - math.log(delta)
-
+    An estimate only: no certified value depends on it (it only places the first round)."""
     lo, hi = q.eps0 * 1e-6, q.eps0 * (1 - 1e-6)
-    try:
-        if log_excess(lo) > 0 > log_excess(hi):
-            return root(log_excess, lo, hi, rtol=1e-6)
-    except (ValueError, ZeroDivisionError, FloatingPointError):
-        pass
-    return 0.5 * q.eps0
+    for size in GUESS_GRIDS:
+        grid = np.geomspace(lo, hi, size)
+        excess = _bahadur_rao_excess(q.upper[0], grid, q.n, delta)
+        change = np.flatnonzero((excess[:-1] > 0) & ~(excess[1:] > 0))
+        if not change.size:
+            return 0.5 * q.eps0
+        i = int(change[0])
+        lo, hi, f_lo, f_hi = grid[i], grid[i + 1], excess[i], excess[i + 1]
+    if not math.isfinite(f_hi):
+        return hi
+    return lo + (hi - lo) * f_lo / (f_lo - f_hi)
+
+
+def _bahadur_rao_excess(d: Decomposition, eps: np.ndarray, n: int, delta: float) -> np.ndarray:
+    """log(Bahadur-Rao estimate of delta / delta) at each eps (+1 where E[G] >= 0, -inf where G <= 0)."""
+    values = np.append(d.u, 0.0)[None, :] - np.exp(eps)[:, None] * np.append(d.v, 0.0)[None, :]
+    probs = np.broadcast_to(np.append(d.c, d.rest), values.shape)
+    positive = np.max(values, axis=1) > 0
+    lam = spectral.saddlepoint_rows(values, probs, np.zeros(eps.size), positive, rtol=1e-4)
+    logw, log_m = spectral.tilted_log_weights(values, probs, lam)
+    w = np.exp(logw)
+    mean = np.sum(w * values, axis=1)
+    var = np.maximum(np.sum(w * (values - mean[:, None]) ** 2, axis=1), 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = n * log_m - np.log(n * lam**2 * np.sqrt(2 * np.pi * n * var)) - math.log(delta)
+    return np.where(~positive, -np.inf, np.where(lam > 0, excess, 1.0))

@@ -168,10 +168,10 @@ class _Lattice:
         """Saddlepoint lambda (tilted mean = -ratio), raised to ``lam_floor`` where given, and
         the tilted moments, per eps."""
         target = -self.ratio
-        lam = _saddlepoint(self.points, self.probs, target, self.positive)
+        lam = saddlepoint_rows(self.points, self.probs, target, self.positive)
         if lam_floor is not None:
             lam = np.where(self.positive, np.maximum(lam, lam_floor), lam)
-        logw, log_m = _tilted_log_weights(self.points, self.probs, lam)
+        logw, log_m = tilted_log_weights(self.points, self.probs, lam)
         w = np.exp(logw)
         mean = np.sum(w * self.points, axis=1)
         dev = self.points - mean[:, None]
@@ -268,7 +268,7 @@ class _Lattice:
         return bound if theta.ndim == 2 else bound[:, 0]
 
 
-def _tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """log of the Esscher-tilted weights and log M(lambda), row-wise (log-sum-exp)."""
     with np.errstate(divide="ignore"):
         logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
@@ -278,14 +278,16 @@ def _tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) 
     return expo - log_m[:, None], log_m
 
 
-def _saddlepoint(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray) -> np.ndarray:
-    """lambda >= 0 with tilted mean = target: safeguarded Newton on the increasing tilted mean.
+def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray,
+                     rtol: float = 1e-12) -> np.ndarray:
+    """lambda >= 0 with tilted mean = target, per row: safeguarded Newton on the increasing
+    tilted mean, to a relative step ``rtol``.
 
     Any lambda keeps the tilting identity exact; this one only centres the tilted law.
     """
 
     def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = np.exp(_tilted_log_weights(points, probs, lam)[0])
+        w = np.exp(tilted_log_weights(points, probs, lam)[0])
         mean = np.sum(w * points, axis=1)
         return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
 
@@ -301,7 +303,7 @@ def _saddlepoint(points: np.ndarray, probs: np.ndarray, target: np.ndarray, posi
         inside = (step > lo) & (step < hi)
         fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + 1.0 / np.maximum(np.ptp(points, axis=1), 1.0))
         new = np.where(reachable, np.where(inside, step, fallback), 0.0)
-        if np.all(np.abs(new - lam) <= 1e-12 * np.maximum(lam, 1e-300)):
+        if np.all(np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)):
             break
         lam = new
     return lam
