@@ -3,7 +3,8 @@
 Kinds (each returns the matplotlib Figure and writes ``out``; PNG or SVG by the suffix):
 
 * ``eps-vs-n``: certified eps against n at fixed (eps0, delta) for some mechanisms, the lower
-  bound as a band, and the generic closed form (Feldman-McMillan-Talwar, arXiv:2012.12803, Theorem 3.1) for scale;
+  bound as triangles where the table stores one, and the generic closed form
+  (Feldman-McMillan-Talwar, arXiv:2012.12803, Theorem 3.1) for scale;
 * ``eps-vs-eps0``: certified eps against eps0 at fixed (n, delta);
 * ``privacy-curve``: certified delta against eps for one setting (the chord between grid deltas);
 * ``eps0-max``: the largest certified local budget eps0 against n for a target (eps, delta);
@@ -61,17 +62,28 @@ def eps_vs_n(rows: list[tuple[str, dict[str, Any]]], *, eps0: float, delta: floa
              out: str | Path, closed_form: bool = True) -> Any:
     n = np.unique(np.round(np.geomspace(table.n[0], table.n[-1], 60)))
     fig, ax = _figure()
-    for label, a in _series(rows, table, eps0=eps0, n=n, delta=delta):
+    for (mechanism, params), (label, a) in zip(rows, _series(rows, table, eps0=eps0, n=n, delta=delta), strict=True):
         line, = ax.loglog(n, a.value, label=f"{label} (certified)")
-        if np.isfinite(a.lower).any():
-            ax.fill_between(n, np.nan_to_num(a.lower, nan=0.0), a.value, color=line.get_color(), alpha=0.2)
+        _lower_marks(ax, table, mechanism, params, line.get_color(), eps0=eps0, delta=delta)
     if closed_form:
         from tablegen.mechanisms.generic import closed_form_eps
 
         ax.loglog(n, [min(closed_form_eps(eps0, int(m), delta), eps0) for m in n], "k:",
                   label="generic, closed form (Thm 3.1)")
-    return _finish(fig, ax, "n (users)", "shuffled eps", f"eps0 = {eps0:g}, delta = {delta:g} (band: lower bound)",
-                   out)
+    title = f"eps0 = {eps0:g}, delta = {delta:g} (triangles: lower bounds)"
+    return _finish(fig, ax, "n (users)", "shuffled eps", title, out)
+
+
+def _lower_marks(ax: Any, table: Table, mechanism: str, params: dict[str, Any], color: Any, **query: Any) -> None:
+    """Lower bounds as triangles at the grid n where the table has one (> 0): they are stored on a
+    sub-grid, and neither a band joining them nor one dropping to 0 elsewhere would be a bound."""
+    a = lookup.eps(mechanism, table=table, max_slack=None, n=table.n, **query, **params)
+    lower = np.nan_to_num(np.asarray(a.lower, dtype=float), nan=0.0)
+    # the surface carries each stored bound to smaller n unchanged: a grid n stores its own bound
+    # where its answer differs from the next larger n's
+    shown = (lower > 0) & (lower != np.append(lower[1:], 0.0))
+    if shown.any():
+        ax.loglog(table.n[shown], lower[shown], "v", color=color, ms=4)
 
 
 def eps_vs_eps0(rows: list[tuple[str, dict[str, Any]]], *, n: int, delta: float, table: Table,
