@@ -143,7 +143,8 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
                 max_slack: float | None) -> Answer | None:
     """The table answer of one query in plain Python (the same rules as ``rules.eps_at``, via
     ``device.locate``/``device.chord``); None when it needs the general path."""
-    _check_domain({"eps0": eps0, "n": n, "delta": delta})
+    if not (0 < eps0 < math.inf and 1 <= n < math.inf and n == math.floor(n) and 0 < delta < 1):
+        _check_domain({"eps0": eps0, "n": n, "delta": delta})  # plain-Python test first: raises with the message
     row = table.row(mechanism, {k: v for k, v in params.items() if v is not None})
     cell = locate(*table.axis_lists, eps0, n, delta) if row is not None else None
     if cell is None or (not table.eps0_monotone[row] and table.axis_lists[0][cell.eps0_up] != eps0):
