@@ -143,8 +143,7 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
                 max_slack: float | None) -> Answer | None:
     """The table answer of one query in plain Python (the same rules as ``rules.eps_at``, via
     ``device.locate``/``device.chord``); None when it needs the general path."""
-    if not (0 < eps0 < math.inf and 1 <= n < math.inf and n == math.floor(n) and 0 < delta < 1):
-        _check_domain({"eps0": eps0, "n": n, "delta": delta})  # plain-Python test first: raises with the message
+    _check_domain({"eps0": eps0, "n": n, "delta": delta})
     row = table.row(mechanism, {k: v for k, v in params.items() if v is not None})
     cell = locate(*table.axis_lists, eps0, n, delta) if row is not None else None
     if cell is None or (not table.eps0_monotone[row] and table.axis_lists[0][cell.eps0_up] != eps0):
@@ -307,16 +306,23 @@ def _numbers(name: str, value: Any) -> np.ndarray:
     return array
 
 
+# comparisons only (NaN fails them, a < inf is finiteness), so the same test serves a Python float
+# without building an array (the scalar hot path) and an array
+DOMAIN = {
+    "eps0": (lambda a: (a > 0) & (a < math.inf), "> 0 and finite"),
+    "eps": (lambda a: (a >= 0) & (a < math.inf), ">= 0 and finite"),
+    "n": (lambda a: (a >= 1) & (a < math.inf) & (a == a // 1), "an integer >= 1"),
+    "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
+}
+
+
 def _check_domain(args: dict[str, Any]) -> None:
-    checks = {
-        "eps0": (lambda a: (a > 0) & np.isfinite(a), "> 0 and finite"),
-        "eps": (lambda a: (a >= 0) & np.isfinite(a), ">= 0 and finite"),
-        "n": (lambda a: (a >= 1) & (a == np.floor(a)) & np.isfinite(a), "an integer >= 1"),
-        "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
-    }
     for name, value in args.items():
-        ok, allowed = checks[name]
-        bad = ~ok(np.asarray(value))
+        ok, allowed = DOMAIN[name]
+        if isinstance(value, float) and ok(value):  # a valid Python float: no array built
+            continue
+        with np.errstate(invalid="ignore"):  # inf // 1 is NaN: inf already fails a < inf
+            bad = ~ok(np.asarray(value))
         if bad.any():
             raise ValueError(f"{name} must be {allowed}, got {name}={float(np.asarray(value)[bad][0])!r}")
 

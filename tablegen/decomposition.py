@@ -51,6 +51,12 @@ class Decomposition:
         """Mass of the atom G = 0 (users who fall in no listed component)."""
         return max(0.0, 1.0 - float(self.c.sum()))
 
+    def atoms(self, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unmerged atoms of G for every eps at once: values u_j - e^eps v_j and then 0, shape
+        eps.shape + (components + 1,), and their probabilities c_j and then the rest."""
+        alpha = np.exp(np.asarray(eps, dtype=float))[..., None]
+        return np.append(self.u, 0.0) - alpha * np.append(self.v, 0.0), np.append(self.c, self.rest)
+
     def law(self, eps: float) -> tuple[np.ndarray, np.ndarray]:
         """Atoms (values, probabilities) of G at eps, equal values merged, zero-mass dropped."""
         alpha = np.exp(eps)

@@ -389,8 +389,8 @@ def guess_eps(q: Query, delta: float) -> float:
 
 def _bahadur_rao_excess(d: Decomposition, eps: np.ndarray, n: int, delta: float) -> np.ndarray:
     """log(Bahadur-Rao estimate of delta / delta) at each eps (+1 where E[G] >= 0, -inf where G <= 0)."""
-    values = np.append(d.u, 0.0)[None, :] - np.exp(eps)[:, None] * np.append(d.v, 0.0)[None, :]
-    probs = np.broadcast_to(np.append(d.c, d.rest), values.shape)
+    values, probs = d.atoms(eps)
+    probs = np.broadcast_to(probs, values.shape)
     positive = np.max(values, axis=1) > 0
     lam = spectral.saddlepoint_rows(values, probs, np.zeros(eps.size), positive, rtol=1e-4)
     logw, log_m = spectral.tilted_log_weights(values, probs, lam)

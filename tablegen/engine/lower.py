@@ -77,9 +77,8 @@ def chernoff_upper(d: Decomposition, eps: np.ndarray, n: int) -> np.ndarray:
     """Upper bound on (1/n) E[(G_1+...+G_n)_+] per eps: y_+ <= e^(mu y) / (e mu) for every mu > 0,
     so E[S_+] <= M(mu)^n / (e mu), minimised over a fixed grid of mu (any mu is valid).  Cheap
     and loose (a factor ~ 10-100): used to skip lower-bound pairs that cannot be the largest."""
-    alpha = np.exp(np.asarray(eps, dtype=float))[:, None, None]
-    values = np.append(d.u, 0.0)[None, None, :] - alpha * np.append(d.v, 0.0)[None, None, :]
-    probs = np.append(d.c, d.rest)
+    values, probs = d.atoms(eps)
+    values = values[:, None, :]
     sd = np.sqrt(np.maximum(np.var(values, axis=2, where=probs > 0), 1e-300))
     mu = np.geomspace(1e-7, 1e2, 120)[None, :, None] / sd[:, :, None]
     with np.errstate(divide="ignore", over="ignore"):
