@@ -9,6 +9,7 @@ import pytest
 from shuffle_reference import clone_law, exact_delta, krr_upper_law
 
 from tablegen.engine import certifies, delta_bounds, eps_bounds
+from tablegen.engine import spectral as spectral_path
 from tablegen.engine.accountant import delta_of_decomposition
 from tablegen.engine.dense import eps_slice
 from tablegen.engine.spectral import delta_upper
@@ -35,6 +36,40 @@ def test_spectral_upper_bounds_exact_sum(name, params, law, eps0, frac):
             continue  # declined: the FFT path answers (tested elsewhere)
         exact = exact_delta(*law(eps0, eps), n)
         assert exact <= value <= exact * 1.005 + 1e-15, (n, eps, value, exact)
+
+
+@pytest.mark.parametrize("eps0", [1.0, 2.0, 4.0])
+def test_windows_around_near_returns_stay_certified(eps0):
+    """At n = 1000-2000 |psi|^n is negligible except near 0 and near the near-returns of |psi|:
+    the plan sums a few windows of nodes (fewer than a quarter of them) and bounds the rest,
+    and the result still lies between the exact value and 0.2% above it (exact enumeration of
+    the clone's 3-atom law)."""
+    d = _decomposition("generic", {}, eps0)
+    for n in (1000, 2000):
+        eps = 0.2 * eps0 * math.sqrt(60 / n)
+        law = spectral_path._Lattice(d, np.array([eps]), spectral_path.RESOLUTION, True)
+        plan = spectral_path._Plan(law, np.array([0]), np.array([n]), spectral_path.MAX_NODES)
+        assert plan.nodes[0] < plan.period[0] // 8 and plan.ranges[0].size >= 2
+        assert plan.sup_log[0] <= -spectral_path.TAIL_LOG + 1e-9
+        value = float(delta_upper(d, np.array([eps]), np.array([n]))[0])
+        exact = exact_delta(*clone_law(eps0, eps), n)
+        assert exact <= value <= exact * 1.002, (n, value, exact)
+
+
+def test_merged_points_keep_the_law():
+    """Equal lattice points are merged with their probabilities added: the law per row is
+    unchanged and the error bound covers the longest float sum."""
+    rng = np.random.default_rng(3)
+    points = rng.integers(-6, 6, size=(5, 40)).astype(float)
+    probs = rng.random((5, 40))
+    merged, merged_probs, err = spectral_path._merge_points(points, probs)
+    assert merged.shape[1] <= 12
+    for row in range(5):
+        original = np.bincount((points[row] + 6).astype(int), probs[row], 12)
+        again = np.bincount((merged[row] + 6).astype(int), merged_probs[row], 12)
+        np.testing.assert_allclose(again, original, rtol=1e-14)
+        most = np.max(np.unique(points[row], return_counts=True)[1])
+        assert err[row] >= (most - 1) * 2.0**-53
 
 
 @pytest.mark.parametrize("name,params,eps0", [("krr", {"k": 10}, 1.0), ("rappor", {}, 2.0), ("generic", {}, 4.0)])
