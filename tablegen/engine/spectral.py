@@ -37,7 +37,9 @@ inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities
      A cell with n log bound > -TAIL_LOG has its nodes summed (a window), the others are left
      out with their bound.
    Lattice points shared by several atoms (atoms closer than a cell, e.g. the Laplace law) are
-   merged first, so every sum runs over distinct points.
+   merged first, so every sum runs over distinct points; psi itself is summed in pair form,
+   psi(theta) = sum_q e^(i theta y_q) (a_q + b_q e^(i theta)) over the atoms' lower cells y_q
+   (the two cells of a split atom share one phase): half the cosines and sines for k-RR.
 5. Floating point: every live term carries a relative error bound (the power n log psi, the
    phases, Ghat) that is added with a safety factor, and the final exp carries n times the
    error bound of Lambda; coordinates and the shift c are pushed up by their error bounds.
@@ -160,8 +162,13 @@ class _Lattice:
         t = x - k
         split_points = np.concatenate([k, k + 1], axis=1)  # (B, 2J) integer-valued floats
         split_probs = np.concatenate([probs * (1 - t), probs * t], axis=1)
-        # (B, P), P <= 2J; a sum of m probabilities carries a relative error (m - 1) U
-        self.points, self.probs, self.merge_err = _merge_points(split_points, split_probs)
+        # the law on distinct points (B, P), P <= 2J, and for psi the atoms by their lower cell,
+        # psi(theta) = sum_q e^(i theta y_q) (a_q + b_q e^(i theta)) (B, Q), Q <= min(P, J);
+        # a sum of m probabilities carries a relative error (m - 1) U
+        self.points, merged, point_err = _merge_points(split_points, split_probs[..., None])
+        self.probs = merged[..., 0]
+        self.pair_base, self.pair_probs, pair_err = _merge_points(k, np.stack([probs * (1 - t), probs * t], axis=-1))
+        self.merge_err = np.maximum(point_err, pair_err)
         self.step = step
         self.ratio = offset / step  # c = n * ratio, error bound below
         self.ratio_err = (err_offset + U * np.abs(offset)) / step + 2 * U * np.abs(self.ratio)
@@ -190,8 +197,14 @@ class _Lattice:
         # error of psi from the tilted weights (exp of lambda x), the phases (cos, sin) and the
         # sum over the lattice points (sequential summation: (points - 1) U sum w, sum w = 1)
         # (and the merged probabilities: the points' sums are exact up to merge_err, relative)
-        self.psi_err = (np.sum(w * (np.abs(lam[:, None] * self.points) + 8.0), axis=1) * 2 * U
-                        + self.points.shape[1] * U + 2 * self.merge_err)
+        # psi is summed in pair form: each term e^(i phi) (a + b e^(i theta)), two phases and a
+        # complex product per term (hence 12, not 8, per unit weight; 4 U per term summed)
+        self.psi_err = (np.sum(w * (np.abs(lam[:, None] * self.points) + 12.0), axis=1) * 2 * U
+                        + 4 * self.pair_base.shape[1] * U + 2 * self.merge_err)
+        with np.errstate(divide="ignore"):
+            log_pair = np.log(self.pair_probs) - log_m[:, None, None]
+        shift = lam[:, None, None] * (self.pair_base[:, :, None] + np.array([0.0, 1.0]))
+        self.pair_weights = np.exp(log_pair + shift)  # (B, Q, 2): tilted weights of y_q and y_q + 1
         self.mgf_err = 4 * U * (np.max(np.abs(lam[:, None] * self.points), axis=1) + 2.0) + 2 * self.merge_err
 
     def _chernoff_table(self) -> None:
@@ -237,7 +250,9 @@ class _Lattice:
         sup |psi| over it: (owner, start, width, log bound), ``owner`` indexing ``rows``, sorted by
         owner then start.
 
-        A cell [a, a + h] is bounded by min(|psi(mid)| + L h / 2, B(a)) with L = sum_j w_j
+        Rows where B at theta1 alone leaves the whole of [theta1, pi] out for the row's smallest
+        n (large n) get that one cell.  Other cells [a, a + h] are bounded by
+        min(|psi(mid)| + L h / 2, B(a)) with L = sum_j w_j
         |x_j - centre| >= |psi'| and B the split bound at the grid point below a; the Lipschitz
         term is widened by 1e-12 so that float gaps between neighbouring cells are covered.  A
         cell is split FAR_SPLIT-fold (FAR_LEVELS times at most) where that can change which
@@ -248,14 +263,21 @@ class _Lattice:
         theta1 = self.theta1[rows]
         rel = self.points[rows] - self.centre[rows, None]
         lipschitz = np.sum(self.weights[rows] * np.abs(rel), axis=1)
-        slack = self.psi_err[rows] + 16 * U * np.max(np.abs(rel), axis=1)
-        owner = np.repeat(np.arange(rows.size), FAR_GRID)
-        width = np.repeat((np.pi - theta1) / FAR_GRID, FAR_GRID)
-        start = theta1[owner] + width * np.tile(np.arange(FAR_GRID), rows.size)
-        done: list[tuple[np.ndarray, ...]] = []
+        slack = self.psi_err[rows] + 16 * U * (np.max(np.abs(rel), axis=1) + 1)
+        pair_rel = self.pair_base[rows] - self.centre[rows, None]
+        # rows whose split bound at theta1 already leaves [theta1, pi] out for every n: one cell
+        whole = self.log_split[rows, np.searchsorted(SPLIT_GRID, theta1, side="right") - 1]
+        quick = np.exp(whole) <= t_low
+        done: list[tuple[np.ndarray, ...]] = [(np.flatnonzero(quick), theta1[quick], np.pi - theta1[quick],
+                                               np.exp(whole[quick]))]
+        owner = np.repeat(np.flatnonzero(~quick), FAR_GRID)
+        width = np.repeat((np.pi - theta1[~quick]) / FAR_GRID, FAR_GRID)
+        start = theta1[owner] + width * np.tile(np.arange(FAR_GRID), owner.size // FAR_GRID)
         for level in range(FAR_LEVELS + 1):
             mid = start + width / 2
-            psi = np.abs(np.einsum("cj,cj->c", self.weights[rows[owner]], np.exp(1j * mid[:, None] * rel[owner])))
+            pair = self.pair_weights[rows[owner]]
+            coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * mid)[:, None]
+            psi = np.abs(np.einsum("cj,cj->c", coef, np.exp(1j * mid[:, None] * pair_rel[owner])))
             split = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
             bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split)
             split = ((bound > t_low[owner]) & (psi + slack[owner] < t_high[owner])
@@ -391,7 +413,7 @@ class _Plan:
     def batches(self) -> list[np.ndarray]:
         """Pair indices grouped so that each numpy pass stays within BATCH_NODES."""
         ok = np.flatnonzero(~self.zero & ~self.declined & (self.nodes <= self.max_nodes) & (self.period <= MAX_PERIOD))
-        cost = (self.nodes[ok] + 1) * self.law.points.shape[1]
+        cost = (self.nodes[ok] + 1) * self.law.pair_base.shape[1]
         out, start, total = [], 0, 0
         for i, c in enumerate(cost):
             if total and total + c > BATCH_NODES:
@@ -428,12 +450,19 @@ class _Plan:
         # per-pair quantities first, then spread over that pair's nodes
         pr = self.row[idx]
         period_p = self.period[idx]
-        rel_p = np.mod(law.points[pr] - law.centre[pr, None], period_p.astype(float)[:, None])  # exact integers
+        rel_p = np.mod(law.pair_base[pr] - law.centre[pr, None], period_p.astype(float)[:, None])  # exact integers
         period = period_p[row]
         periodf = period.astype(float)
         phase = (2 * np.pi / periodf)[:, None] * np.mod(k.astype(float)[:, None] * rel_p[row], periodf[:, None])
-        weights = law.weights[pr][row]
-        re, im = np.einsum("ij,ij->i", weights, np.cos(phase)), np.einsum("ij,ij->i", weights, np.sin(phase))
+        theta = 2 * np.pi * k / periodf
+        sin_t, cos_t = np.sin(theta), np.cos(theta)
+        # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
+        pair = law.pair_weights[pr][row]
+        coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
+        coef_im = pair[:, :, 1] * sin_t[:, None]
+        cos_p, sin_p = np.cos(phase), np.sin(phase)
+        re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
+        im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
         n_p = self.n[idx]
         n = n_p.astype(float)[row]
         abs_psi = np.maximum(np.hypot(re, im), 1e-300)
@@ -442,8 +471,6 @@ class _Plan:
         decay = np.exp(-lam_p)[row]
         a0 = self.a0[idx][row]
         drift = ((n_p * law.centre[pr].astype(np.int64) - self.first[idx]) % period_p)[row]
-        theta = 2 * np.pi * k / periodf
-        sin_t, cos_t = np.sin(theta), np.cos(theta)
         one_minus_z = (-np.expm1(-lam_p)[row] + 2 * decay * np.sin(theta / 2) ** 2) + 1j * decay * sin_t
         z = decay * (cos_t - 1j * sin_t)
         ghat = np.exp(-lam_p * self.a0[idx])[row] * (a0 + (1 - a0) * z) / one_minus_z**2
@@ -468,18 +495,18 @@ class _Plan:
 
 
 def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The same law with each lattice point once per row (probabilities of equal points added;
-    rows padded with zero-probability copies of their first point), and (m - 1) U per row, m the
-    most points merged into one (the relative error of its float sum): atoms closer than a cell
-    share points, e.g. 388 points -> about 50 for the Laplace law at eps0 = 1."""
+    """The same law with each lattice point once per row: ``probs`` (B, N, m) of equal points
+    added (rows padded with zero-probability copies of their first point), and (m - 1) U per
+    row, m the most points merged into one (the relative error of its float sum): atoms closer
+    than a cell share points, e.g. 388 points -> about 50 for the Laplace law at eps0 = 1."""
     order = np.argsort(points, axis=1, kind="stable")
-    x, p = np.take_along_axis(points, order, axis=1), np.take_along_axis(probs, order, axis=1)
+    x, p = np.take_along_axis(points, order, axis=1), np.take_along_axis(probs, order[..., None], axis=1)
     new = np.ones(x.shape, dtype=bool)
     new[:, 1:] = x[:, 1:] != x[:, :-1]
     group = np.cumsum(new, axis=1) - 1
     rows = np.broadcast_to(np.arange(x.shape[0])[:, None], x.shape)
     size = int(group[:, -1].max()) + 1
-    merged_p = np.zeros((x.shape[0], size))
+    merged_p = np.zeros((x.shape[0], size, p.shape[2]))
     np.add.at(merged_p, (rows, group), p)
     merged_x = np.repeat(x[:, :1], size, axis=1)
     merged_x[rows[new], group[new]] = x[new]

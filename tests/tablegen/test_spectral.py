@@ -62,7 +62,8 @@ def test_merged_points_keep_the_law():
     rng = np.random.default_rng(3)
     points = rng.integers(-6, 6, size=(5, 40)).astype(float)
     probs = rng.random((5, 40))
-    merged, merged_probs, err = spectral_path._merge_points(points, probs)
+    merged, merged_probs, err = spectral_path._merge_points(points, probs[..., None])
+    merged_probs = merged_probs[..., 0]
     assert merged.shape[1] <= 12
     for row in range(5):
         original = np.bincount((points[row] + 6).astype(int), probs[row], 12)
