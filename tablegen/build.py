@@ -52,6 +52,7 @@ class Task:
     resolution: float
     lower_resolution: float
     method: str = "curve"
+    lower_method: str = "curve"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def task(spec: Spec, staging: Path, cells: list[tuple[int, int, int]]) -> Task:
     return Task(str(staging), tuple(cells), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
                 tuple(int(spec.n[c[2]]) for c in cells), spec.delta.tolist(),
                 tuple(spec.wants_lower(e, c[2]) for c in cells), s["resolution"], s["lower_resolution"],
-                spec.method)
+                spec.method, spec.lower_method)
 
 
 def tasks(spec: Spec, staging: Path, done: set[tuple[int, int, int]]) -> Iterator[Task]:
@@ -90,7 +91,7 @@ def task_count(spec: Spec, done: set[tuple[int, int, int]]) -> int:
 def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
     """Certified eps and lower bounds (NaN where not wanted), shape (len(ns), len(deltas))."""
     from tablegen.engine.curve import eps_curve, lower_curve
-    from tablegen.engine.dense import eps_slice
+    from tablegen.engine.dense import eps_slice, lower_slice
 
     if task.method == "curve":
         curves = [eps_curve(task.family, eps0=task.eps0, n=n, deltas=task.deltas, lower=lower,
@@ -100,7 +101,12 @@ def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
     upper = eps_slice(task.family, eps0=task.eps0, ns=task.ns, deltas=task.deltas, resolution=task.resolution,
                       **task.params)
     lower = np.full_like(upper, np.nan)
-    for i in np.flatnonzero(task.lower):
+    wanted = np.flatnonzero(task.lower)
+    if task.lower_method == "slice" and wanted.size:
+        lower[wanted] = lower_slice(task.family, eps0=task.eps0, ns=[task.ns[i] for i in wanted], deltas=task.deltas,
+                                    upper=upper[wanted], resolution=task.lower_resolution, **task.params)
+        return upper, lower
+    for i in wanted:
         lower[i] = lower_curve(task.family, eps0=task.eps0, n=task.ns[i], deltas=task.deltas, upper=upper[i],
                                lower_resolution=task.lower_resolution, **task.params)
     return upper, lower

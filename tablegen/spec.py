@@ -15,6 +15,8 @@ table row per combination), the eps0, n and delta axes and the engine settings::
     lower_resolution = 15     # the same for the lower bound
     lower_every = [1, 1]      # lower bound on every i-th eps0 and j-th n (NaN elsewhere)
     lower_n_max = 1e6         # ... and only up to this n (default: no limit; costs most at large n)
+    method = "slice"          # upper bounds: every n of a (mechanism, eps0) at once (default "curve")
+    lower_method = "slice"    # lower bounds too (spectral lower path; needs method = "slice")
     [[mechanism]]
     family = "krr"
     k = [2, 3, 4]
@@ -111,6 +113,10 @@ class Spec:
     @property
     def method(self) -> str:
         return self.settings.get("method", "curve")
+
+    @property
+    def lower_method(self) -> str:
+        return self.settings.get("lower_method", "curve")
 
     def wants_lower(self, i_eps0: int, i_n: int) -> bool:
         return wants_lower(self.settings, i_eps0, i_n, float(self.n[i_n]))
@@ -223,7 +229,7 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise fail("settings", "must be a table")
     allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1],
-               "lower_n_max": None, "method": "curve"}
+               "lower_n_max": None, "method": "curve", "lower_method": "curve"}
     unknown = set(raw) - set(allowed)
     if unknown:
         raise fail(f"settings.{sorted(unknown)[0]}", f"unknown setting (allowed: {', '.join(allowed)})")
@@ -240,8 +246,14 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
         settings["lower_n_max"] = float(n_max)
     if settings["method"] not in METHODS:
         raise fail("settings.method", f"must be one of {', '.join(METHODS)}, got {settings['method']!r}")
-    if settings["method"] == "curve":
-        del settings["method"]  # the default: absent, so specs written before it keep their digest
+    if settings["lower_method"] not in METHODS:
+        raise fail("settings.lower_method",
+                   f"must be one of {', '.join(METHODS)}, got {settings['lower_method']!r}")
+    if settings["lower_method"] == "slice" and settings["method"] != "slice":
+        raise fail("settings.lower_method", "'slice' needs method = \"slice\" (lower bounds below each slice's values)")
+    for name in ("method", "lower_method"):
+        if settings[name] == "curve":
+            del settings[name]  # the default: absent, so specs written before it keep their digest
     every = settings["lower_every"]
     if not (isinstance(every, list) and len(every) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in every)):

@@ -88,7 +88,7 @@ def _recompute(ds, cell: tuple[int, int, int], settings: dict) -> list[str]:  # 
     task = Task("", (cell,), str(ds["family"].values[r]), json.loads(str(ds["params"].values[r])),
                 float(ds["eps0"].values[e]), (int(ds["n"].values[n]),), ds["delta"].values.tolist(),
                 (wants_lower(settings, e, n, float(ds["n"].values[n])),), settings["resolution"],
-                settings["lower_resolution"], method)
+                settings["lower_resolution"], method, settings.get("lower_method", "curve"))
     live = tuple(v[0] for v in curve_values(task))
     stored = (ds["eps"].values[r, e, n], ds["eps_lower"].values[r, e, n])
     rtol = RECOMPUTE_RTOL if method == "curve" else SLICE_RTOL

@@ -20,24 +20,35 @@ once per ladder point and reused by every n that needs it.
 
 Mechanisms the spectral path does not cover (an extra delta term, laws with more than
 ``SPECTRAL_COMPONENTS`` components, n = 1) are answered per n by ``eps_bounds``.
+
+``lower_slice`` runs the same level-by-level search on the certified LOWER bounds of
+``lower.py`` (every lower-bound pair, the largest taken), then bisects each one-step bracket on
+a ladder ``LOWER_SPLIT`` times finer: the answer is the largest ladder eps whose lower delta
+exceeds delta (the exact eps is above it: delta is non-increasing), 0 where no ladder point
+down to the floor proves anything.  An
+evaluation the spectral lower path declines (few users off the heaviest atom, comb-like sums)
+counts as 0, which proves nothing: such cells get smaller lower bounds, never wrong ones.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tablegen import validate
+from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
 from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
 from tablegen.mechanisms import Mechanism
 
 LADDER = 1.01
+LOWER_SPLIT = 5  # lower bounds are ladder points (no chord): brackets on LADDER, then LADDER^(1/5) (0.2%)
 LEVELS = (64, 8, 1)  # rows solved per level: every 64th (whole-ladder bisection), every 8th, all
 FLOOR = 1e-9  # smallest eps tried, relative to eps0
+PAIR_SAMPLE = 500  # lower slices: points evaluated on every lower-bound pair before keeping the winners
 FFT_N_MAX = 100_000  # declined evaluations go to the FFT path only up to this n
 
 
@@ -49,15 +60,101 @@ def eps_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], del
     targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
     if q.extra_delta(0.0) > 0 or any(d.c.size > SPECTRAL_COMPONENTS for d in q.upper):  # delta0 > 0: per n
         return _per_n(q, n_axis, targets, params)
-    ladder = _Ladder(q, n_axis, resolution)
+    ladder = _Ladder(q, n_axis, LADDER, _upper_values(q, n_axis, resolution))
     out = np.full((n_axis.size, targets.size), q.eps0)
     small = n_axis < 2
     if small.any():
         out[small] = _per_n(q, n_axis[small], targets, params)
     big = np.flatnonzero(~small)
     if big.size:
-        out[big] = ladder.solve(big, targets)
+        ok, fail = ladder.solve(big, targets, ladder.chord_position)
+        i = np.repeat(big, targets.size)
+        eps = ladder.chord(ok.ravel(), fail.ravel(), i, np.tile(targets, big.size))
+        out[big] = np.minimum(eps, q.eps0).reshape(big.size, targets.size)
     return out
+
+
+def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], deltas: Sequence[float],
+                upper: np.ndarray | None = None, resolution: float = spectral_lower.RESOLUTION,
+                **params: Any) -> np.ndarray:
+    """Certified lower bounds on the exact eps(n, delta), shape (len(ns), len(deltas)): NaN where
+    the mechanism has no lower-bound pair (or n < 2), 0 where nothing was proved.
+
+    ``upper``: certified eps of the same slice (``eps_slice``, computed when not given).  No
+    lower pair can prove anything at eps at or above the largest of a row (the exact delta is
+    below every target there), so the search takes delta_low = 0 there without evaluating: the
+    spectral lower path declines near eps0 (astronomically small delta), and those declines
+    must not be mistaken for proofs by the search."""
+    q = Query(mechanism, eps0, 1, params)
+    n_axis = np.array([validate.integer_at_least("n", n, 1) for n in ns], dtype=np.int64)
+    targets = np.array([validate.open_unit("delta", d) for d in deltas], dtype=float)
+    out = np.full((n_axis.size, targets.size), np.nan)
+    rows = np.flatnonzero(n_axis >= 2)
+    if not q.lower or not rows.size or any(d.c.size > SPECTRAL_COMPONENTS for d in q.lower):
+        return out
+    if upper is None:
+        upper = eps_slice(q.mechanism, eps0=eps0, ns=n_axis, deltas=targets, **params)
+    coarse = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
+    top_upper = np.max(np.asarray(upper, dtype=float)[rows], axis=1)
+    for i, eps in zip(rows, top_upper, strict=True):
+        coarse.cache[: int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1, i] = 0.0  # e_j >= eps
+    ok, fail = coarse.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5)
+    fine = coarse.refined(LOWER_SPLIT)
+    i = np.repeat(rows, targets.size)
+    ok, fail = fine.close(i, np.tile(targets, rows.size), LOWER_SPLIT * ok.ravel(), LOWER_SPLIT * fail.ravel())
+    out[rows] = fine.proven(fail.reshape(rows.size, targets.size), rows, targets)
+    return out
+
+
+def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """delta_up(eps, n_i) for pairs (the largest over the upper decompositions): the spectral
+    path, the FFT path where it declines for n <= FFT_N_MAX, inf (certifies nothing) beyond."""
+
+    def values(eps: np.ndarray, i: np.ndarray) -> np.ndarray:
+        rows, row = np.unique(eps, return_inverse=True)
+        n = ns[i]
+        out = np.max([spectral.delta_pairs(d, rows, row.ravel(), n, resolution) for d in q.upper], axis=0)
+        # declined by the spectral path (tiny eps: lambda -> 0 and K explodes; or small n): the
+        # FFT where it is cheap, else "not certified" (inf), which can only make answers larger
+        queries: dict[int, Query] = {}
+        for k in np.flatnonzero(np.isnan(out) & (n <= FFT_N_MAX)):
+            users = int(n[k])
+            if users not in queries:
+                queries[users] = Query(q.mechanism, q.eps0, users, q.params, resolution)
+            out[k] = queries[users].delta_upper(float(eps[k]))
+        return np.where(np.isnan(out), np.inf, out)  # never NaN: an unknown value certifies nothing
+
+    return values
+
+
+def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """delta_low(eps, n_i) for pairs: the largest over the lower-bound pairs on the spectral lower
+    path, NaN where every pair declines (the search then treats the point like a proof, so that
+    declines at tiny eps do not pull it down; ``_Ladder.proven`` accepts only evaluated proofs).
+
+    Every pair is evaluated until ``PAIR_SAMPLE`` points have a lower bound; from then on the
+    pair that was the largest most often is evaluated everywhere and the others that were the
+    largest somewhere only where it declined (any subset of the pairs still gives a lower bound:
+    only tightness is at stake; for k-RR one of three pairs is 10^3 times the others wherever
+    it answers)."""
+    order = list(range(len(q.lower)))
+    wins = np.zeros(len(q.lower), dtype=np.int64)
+
+    def values(eps: np.ndarray, i: np.ndarray) -> np.ndarray:
+        if wins.sum() < PAIR_SAMPLE:
+            each = np.array([spectral_lower.delta_lower(d, eps, ns[i], resolution) for d in q.lower])
+            known = ~np.all(np.isnan(each), axis=0)
+            wins[:] += np.bincount(np.argmax(np.nan_to_num(each[:, known], nan=-1.0), axis=0), minlength=wins.size)
+            order[:] = [int(p) for p in np.argsort(-wins, kind="stable") if wins[p] > 0] or order
+            return np.fmax.reduce(each)
+        out = spectral_lower.delta_lower(q.lower[order[0]], eps, ns[i], resolution)
+        for p in order[1:]:
+            declined = np.flatnonzero(np.isnan(out))
+            if declined.size:
+                out[declined] = spectral_lower.delta_lower(q.lower[p], eps[declined], ns[i[declined]], resolution)
+        return out
+
+    return values
 
 
 def _per_n(q: Query, ns: np.ndarray, targets: np.ndarray, params: dict[str, Any]) -> np.ndarray:
@@ -66,47 +163,58 @@ def _per_n(q: Query, ns: np.ndarray, targets: np.ndarray, params: dict[str, Any]
 
 
 class _Ladder:
-    """Memoised certified delta_up(e_j) for ladder indices j and n-axis indices i."""
+    """Memoised delta(e_j, n_i) of one bound (``values``) at ladder points e_j = eps0 ratio^-j."""
 
-    def __init__(self, q: Query, ns: np.ndarray, resolution: float) -> None:
-        self.q, self.ns, self.resolution = q, ns, resolution
-        self.top = math.ceil(math.log(1 / FLOOR) / math.log(LADDER))
-        self.eps = q.eps0 * LADDER ** -np.arange(self.top + 1, dtype=float)
+    def __init__(self, q: Query, ns: np.ndarray, ratio: float,
+                 values: Callable[[np.ndarray, np.ndarray], np.ndarray], top: int | None = None) -> None:
+        self.q, self.ns, self.ratio, self._values = q, ns, ratio, values
+        self.top = math.ceil(math.log(1 / FLOOR) / math.log(ratio)) if top is None else top
+        self.eps = q.eps0 * ratio ** -np.arange(self.top + 1, dtype=float)
         self.cache = np.full((self.top + 1, ns.size), np.nan)
         self.cache[0] = 0.0  # delta(eps0) = 0 for an eps0-LDP randomizer
 
+    def refined(self, split: int) -> _Ladder:
+        """The ladder ``split`` times finer (ratio^(1/split)), its every split-th point this one's
+        (same eps, same cached values)."""
+        fine = _Ladder(self.q, self.ns, self.ratio ** (1 / split), self._values, split * self.top)
+        fine.eps[::split], fine.cache[::split] = self.eps, self.cache
+        return fine
+
     def values(self, j: np.ndarray, i: np.ndarray) -> np.ndarray:
-        """delta_up(e_j, n_i) for index arrays, evaluating (once) what is not cached."""
+        """delta(e_j, n_i) for index arrays, evaluating (once) what is not cached."""
         missing = np.isnan(self.cache[j, i])
         if missing.any():
             keys = np.unique(np.stack([j[missing], i[missing]]), axis=1)
-            self.cache[keys[0], keys[1]] = self._evaluate(keys[0], keys[1])
+            self.cache[keys[0], keys[1]] = self._values(self.eps[keys[0]], keys[1])
         return self.cache[j, i]
 
-    def _evaluate(self, j: np.ndarray, i: np.ndarray) -> np.ndarray:
-        rows, row = np.unique(j, return_inverse=True)
-        n = self.ns[i]
-        out = np.max([spectral.delta_pairs(d, self.eps[rows], row.ravel(), n, self.resolution) for d in self.q.upper],
-                     axis=0)
-        # declined by the spectral path (tiny eps: lambda -> 0 and K explodes; or small n): the
-        # FFT where it is cheap, else "not certified" (inf), which can only make answers larger
-        queries: dict[int, Query] = {}
-        for k in np.flatnonzero(np.isnan(out) & (n <= FFT_N_MAX)):
-            users = int(n[k])
-            if users not in queries:
-                queries[users] = Query(self.q.mechanism, self.q.eps0, users, self.q.params, self.resolution)
-            out[k] = queries[users].delta_upper(float(self.eps[j[k]]))
-        return np.where(np.isnan(out), np.inf, out)  # never NaN: an unknown value certifies nothing
+    def proven(self, fail: np.ndarray, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """Lower bounds from the brackets' fail ends: e_fail where delta_low(e_fail) > delta was
+        evaluated (the exact eps is above it), else the largest evaluated e_j below it with such a
+        proof (the exact delta is non-increasing in eps), else 0."""
+        out = np.zeros(fail.shape)
+        for r, d in zip(*np.nonzero(fail < self.top), strict=True):
+            column = self.cache[fail[r, d]:, rows[r]]
+            hits = np.flatnonzero(column > targets[d])  # NaN: not evaluated or declined
+            if hits.size:
+                out[r, d] = self.eps[fail[r, d] + hits[0]]
+        return out
 
-    def solve(self, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Certified eps for n-axis indices ``rows`` (each >= 2 users) and every delta.
+    def chord_position(self, ok: np.ndarray, fail: np.ndarray, i: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """Ladder position (fractional index) of the chord's answer."""
+        return np.log(self.q.eps0 / self.chord(ok, fail, i, delta)) / math.log(self.ratio)
+
+    def solve(self, rows: np.ndarray, targets: np.ndarray,
+              position: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Brackets (ok, fail), each (len(rows), len(targets)), for n-axis indices ``rows`` (each
+        >= 2 users) and every delta: delta(e_ok) <= delta < delta(e_fail), fail = ok + 1.
 
         Level by level (every ``LEVELS[0]``-th row, then every ``LEVELS[1]``-th, then all), each
-        row's bracket is predicted from the rows already solved (ladder position linear in
-        log n) and closed by ``_close``; the first level bisects the whole ladder.
+        row's bracket is predicted from the rows already solved (their ``position``, linear in
+        log n) and closed by ``close``; the first level bisects the whole ladder.
         """
         known = np.zeros(0, dtype=np.int64)
-        position = np.zeros((0, targets.size))
+        solved = np.zeros((0, targets.size))
         ok_all = np.zeros((rows.size, targets.size), dtype=np.int64)
         fail_all = np.zeros_like(ok_all)
         for stride in LEVELS:
@@ -114,7 +222,7 @@ class _Ladder:
             if not level.size:
                 continue
             if known.size:
-                guess = np.stack([np.interp(np.log(self.ns[rows[level]]), np.log(self.ns[rows[known]]), position[:, d])
+                guess = np.stack([np.interp(np.log(self.ns[rows[level]]), np.log(self.ns[rows[known]]), solved[:, d])
                                   for d in range(targets.size)], axis=1)
                 ok = np.clip(np.floor(guess).astype(np.int64), 0, self.top - 1)
                 fail = ok + 1
@@ -122,18 +230,15 @@ class _Ladder:
                 ok, fail = np.zeros((level.size, targets.size), np.int64), np.full((level.size, targets.size), self.top)
             i = np.repeat(rows[level], targets.size)
             delta = np.tile(targets, level.size)
-            ok, fail = self._close(i, delta, ok.ravel(), fail.ravel())
+            ok, fail = self.close(i, delta, ok.ravel(), fail.ravel())
             ok_all[level], fail_all[level] = ok.reshape(-1, targets.size), fail.reshape(-1, targets.size)
-            eps = self._chord(ok, fail, i, delta).reshape(-1, targets.size)
             known = np.append(known, level)
-            position = np.concatenate([position, np.log(self.q.eps0 / eps) / math.log(LADDER)])
+            solved = np.concatenate([solved, position(ok, fail, i, delta).reshape(-1, targets.size)])
             order = np.argsort(known)
-            known, position = known[order], position[order]
-        i = np.repeat(rows, targets.size)
-        eps = self._chord(ok_all.ravel(), fail_all.ravel(), i, np.tile(targets, rows.size))
-        return np.minimum(eps, self.q.eps0).reshape(rows.size, targets.size)
+            known, solved = known[order], solved[order]
+        return ok_all, fail_all
 
-    def _chord(self, ok: np.ndarray, fail: np.ndarray, i: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    def chord(self, ok: np.ndarray, fail: np.ndarray, i: np.ndarray, delta: np.ndarray) -> np.ndarray:
         """Where the chord through the bracket's upper points meets delta (the floor where the
         last ladder point itself certifies)."""
         d_ok, d_fail = self.values(ok, i), self.values(fail, i)
@@ -141,7 +246,7 @@ class _Ladder:
                          if df > dl else float(self.eps[f])
                          for o, f, do, df, dl in zip(ok, fail, d_ok, d_fail, delta, strict=True)])
 
-    def _close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
+    def close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
                fail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Move each bracket until delta_up(e_ok) <= delta < delta_up(e_fail) with fail = ok + 1:
         a wrong end is pushed out by a doubling stride (the failed point becomes the other

@@ -275,6 +275,40 @@ def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tm
     assert np.allclose(again, eps, rtol=0.015, atol=0)  # curve (1, 0, 1) was recomputed alone
 
 
+def test_lower_slice_method_stores_the_lower_slice(tmp_path: Path) -> None:
+    """lower_method = "slice": the lower bounds of the wanted curves are the lower slice's
+    (below the stored eps, some positive), and verify recomputes them."""
+    from tablegen.engine.dense import eps_slice, lower_slice
+
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("n = [50, 200, 800]", "n = [800, 3000, 20000]").replace(
+        "lower_every = [1, 2]", 'lower_every = [1, 1]\nmethod = "slice"\nlower_method = "slice"').replace(
+        "lower_resolution = 6", "lower_resolution = 15"))
+    spec = load_spec(path)
+    out = tmp_path / "t.zarr"
+    build(spec, out, workers=0, progress=False, log=quiet)
+    eps, low = values(out)
+    ns, deltas = [800, 3000, 20000], [1e-6, 1e-3]
+    upper = eps_slice("krr", eps0=2.0, ns=ns, deltas=deltas, resolution=4, k=3)
+    direct = lower_slice("krr", eps0=2.0, ns=ns, deltas=deltas, upper=upper, resolution=15, k=3)
+    np.testing.assert_array_equal(low[0, 1], store.round_float32(direct, False, store.MANTISSA_BITS))
+    assert (low <= eps).all() and (low > 0).sum() >= 12
+    assert verify(out, sample=3) == []
+
+
+def test_lower_slice_method_needs_the_slice_method() -> None:
+    from tablegen.spec import SpecError, spec_from_dict
+
+    raw = {"axes": {"eps0": [1.0], "n": [10], "delta": [1e-6]}, "settings": {"lower_method": "slice"},
+           "mechanism": [{"family": "generic"}]}
+    with pytest.raises(SpecError, match='settings.lower_method.*needs method = "slice"'):
+        spec_from_dict(raw)
+    raw["settings"] = {"method": "slice", "lower_method": "curve"}
+    explicit = spec_from_dict(raw).digest()
+    raw["settings"] = {"method": "slice"}
+    assert spec_from_dict(raw).digest() == explicit  # the default leaves older digests alone
+
+
 def test_unknown_method_is_named() -> None:
     from tablegen.spec import SpecError, spec_from_dict
 

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from shuffle_reference import clone_law, exact_delta, krr_upper_law
+from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_law
 
 from tablegen.engine import certifies, delta_bounds, eps_bounds
 from tablegen.engine import spectral as spectral_path
 from tablegen.engine.accountant import delta_of_decomposition
-from tablegen.engine.dense import eps_slice
+from tablegen.engine.dense import eps_slice, lower_slice
 from tablegen.engine.spectral import delta_upper
 from tablegen.mechanisms import get_mechanism
 
@@ -128,3 +128,28 @@ def test_slice_large_n_close_to_search():
         for j, delta in enumerate(deltas):
             search = eps_bounds("generic", eps0=1.0, n=n, delta=delta, lower=False).upper
             assert search * (1 - 1e-3) <= values[i, j] <= search * 1.005
+
+
+def test_lower_slice_proves_what_exact_sums_confirm():
+    """Every positive lower-slice value is an eps where some Theorem-5 pair's exact divergence
+    (exact enumeration) still exceeds delta, so the exact eps lies above it; it is below the
+    certified upper and, where the analysis is tight (k-RR), within 1% of it."""
+    ns, deltas = [600, 1500], [1e-8, 1e-5, 1e-3]
+    upper = eps_slice("krr", eps0=1.0, ns=ns, deltas=deltas, k=3)
+    lower = lower_slice("krr", eps0=1.0, ns=ns, deltas=deltas, upper=upper, k=3)
+    assert np.all((0 <= lower) & (lower <= upper))
+    for i, n in enumerate(ns):
+        for j, delta in enumerate(deltas):
+            assert lower[i, j] > 0.99 * upper[i, j], (n, delta, lower[i, j], upper[i, j])
+            exact = max(exact_delta(values, probs, n) for values, probs in krr_lower_laws(1.0, lower[i, j], 3))
+            assert exact > delta, (n, delta, lower[i, j], exact)
+
+
+@pytest.mark.parametrize("name,params", [("generic", {}), ("rappor", {})])
+def test_lower_slice_close_to_the_live_lower_bound(name, params):
+    ns, deltas = [10**5, 10**8], [1e-10, 1e-6]
+    lower = lower_slice(name, eps0=1.0, ns=ns, deltas=deltas, **params)
+    for i, n in enumerate(ns):
+        for j, delta in enumerate(deltas):
+            live = eps_bounds(name, eps0=1.0, n=n, delta=delta, **params)
+            assert live.lower * (1 - 0.01) <= lower[i, j] <= live.upper, (n, delta, lower[i, j], live)
