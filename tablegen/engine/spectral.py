@@ -278,8 +278,8 @@ class _Lattice:
             pair = self.pair_weights[rows[owner]]
             coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * mid)[:, None]
             psi = np.abs(np.einsum("cj,cj->c", coef, np.exp(1j * mid[:, None] * pair_rel[owner])))
-            split = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
-            bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split)
+            split_bound = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
+            bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split_bound)
             split = ((bound > t_low[owner]) & (psi + slack[owner] < t_high[owner])
                      & (width * k_high[owner] > 4 * np.pi))
             if level == FAR_LEVELS or split.sum() * FAR_SPLIT > FAR_CELLS:
