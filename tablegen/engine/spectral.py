@@ -318,7 +318,10 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
         mean = np.sum(w * points, axis=1)
         return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
 
-    reachable = positive & (np.max(np.where(probs > 0, points, -np.inf), axis=1) > target)
+    top = np.max(np.where(probs > 0, points, -np.inf), axis=1)
+    reachable = positive & (top > target)
+    gap_goal = np.log(np.where(reachable, top - target, 1.0))
+    scale = 1.0 / np.maximum(np.ptp(points, axis=1), 1.0)
     lo = np.zeros(points.shape[0])
     hi = np.full_like(lo, np.inf)
     lam = lo.copy()
@@ -326,13 +329,21 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
         mean, var = moments(lam)
         below = mean < target
         lo, hi = np.where(below, lam, lo), np.where(below, hi, lam)
-        step = lam + (target - mean) / np.maximum(var, 1e-300)
+        var = np.maximum(var, 1e-300)
+        step = lam + (target - mean) / var
+        # Newton on log(top - mean), nearly linear where the tilted law piles onto its top point
+        # (eps near eps0), where Newton on the mean crawls by bisection
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gap = np.where(reachable, top - mean, 1.0)
+            log_step = lam + gap * (np.log(gap) - gap_goal) / var
         inside = (step > lo) & (step < hi)
-        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + 1.0 / np.maximum(np.ptp(points, axis=1), 1.0))
-        new = np.where(reachable, np.where(inside, step, fallback), 0.0)
-        if np.all(np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)):
+        log_inside = (log_step > lo) & (log_step < hi)
+        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + scale)
+        new = np.where(reachable, np.where(inside, step, np.where(log_inside, log_step, fallback)), 0.0)
+        done = np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)  # rows stop once they converge
+        if np.all(done):
             break
-        lam = new
+        lam = np.where(done, lam, new)
     return lam
 
 
