@@ -97,7 +97,7 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     coarse = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
     top_upper = np.max(np.asarray(upper, dtype=float)[rows], axis=1)
     for i, eps in zip(rows, top_upper, strict=True):
-        coarse.cache[: int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1, i] = 0.0  # e_j >= eps
+        coarse.set(slice(0, int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1), i, 0.0)  # e_j >= eps
     ok, fail = coarse.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5)
     fine = coarse.refined(LOWER_SPLIT)
     i = np.repeat(rows, targets.size)
@@ -170,22 +170,27 @@ class _Ladder:
         self.q, self.ns, self.ratio, self._values = q, ns, ratio, values
         self.top = math.ceil(math.log(1 / FLOOR) / math.log(ratio)) if top is None else top
         self.eps = q.eps0 * ratio ** -np.arange(self.top + 1, dtype=float)
-        self.cache = np.full((self.top + 1, ns.size), np.nan)
-        self.cache[0] = 0.0  # delta(eps0) = 0 for an eps0-LDP randomizer
+        self.cache = np.full((self.top + 1, ns.size), np.nan)  # NaN once evaluated: declined
+        self.known = np.zeros(self.cache.shape, dtype=bool)
+        self.set(slice(0, 1), slice(None), 0.0)  # delta(eps0) = 0 for an eps0-LDP randomizer
+
+    def set(self, j: Any, i: Any, value: Any) -> None:
+        """Take ``value`` as delta(e_j, n_i) without evaluating it."""
+        self.cache[j, i], self.known[j, i] = value, True
 
     def refined(self, split: int) -> _Ladder:
         """The ladder ``split`` times finer (ratio^(1/split)), its every split-th point this one's
         (same eps, same cached values)."""
         fine = _Ladder(self.q, self.ns, self.ratio ** (1 / split), self._values, split * self.top)
-        fine.eps[::split], fine.cache[::split] = self.eps, self.cache
+        fine.eps[::split], fine.cache[::split], fine.known[::split] = self.eps, self.cache, self.known
         return fine
 
     def values(self, j: np.ndarray, i: np.ndarray) -> np.ndarray:
         """delta(e_j, n_i) for index arrays, evaluating (once) what is not cached."""
-        missing = np.isnan(self.cache[j, i])
+        missing = ~self.known[j, i]
         if missing.any():
             keys = np.unique(np.stack([j[missing], i[missing]]), axis=1)
-            self.cache[keys[0], keys[1]] = self._values(self.eps[keys[0]], keys[1])
+            self.set(keys[0], keys[1], self._values(self.eps[keys[0]], keys[1]))
         return self.cache[j, i]
 
     def proven(self, fail: np.ndarray, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:

@@ -61,7 +61,7 @@ FP_SAFETY = 8.0
 TAIL_LOG = 40.0  # Chernoff tails, aliasing and dropped nodes sized to e^-40 of the main term
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
-MAX_PERIOD = 10**9  # k * x mod K stays exact in float64 (k <= MAX_NODES, x < K)
+MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
 RESOLUTION = 20.0
 FAR_GRID = 128  # first cells of the bound on |psi| away from 0, then refined where needed
@@ -461,10 +461,11 @@ class _Plan:
         # per-pair quantities first, then spread over that pair's nodes
         pr = self.row[idx]
         period_p = self.period[idx]
-        rel_p = np.mod(law.pair_base[pr] - law.centre[pr, None], period_p.astype(float)[:, None])  # exact integers
+        # phases from exact integers: (k x) mod K in int64 (a window's k can be anywhere up to K / 2)
+        rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
         period = period_p[row]
         periodf = period.astype(float)
-        phase = (2 * np.pi / periodf)[:, None] * np.mod(k.astype(float)[:, None] * rel_p[row], periodf[:, None])
+        phase = (2 * np.pi / periodf)[:, None] * ((k[:, None] * rel_p[row]) % period[:, None])
         theta = 2 * np.pi * k / periodf
         sin_t, cos_t = np.sin(theta), np.cos(theta)
         # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
