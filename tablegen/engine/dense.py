@@ -25,9 +25,12 @@ Mechanisms the spectral path does not cover (an extra delta term, laws with more
 ``lower.py`` (every lower-bound pair, the largest taken), then bisects each one-step bracket on
 a ladder ``LOWER_SPLIT`` times finer: the answer is the largest ladder eps whose lower delta
 exceeds delta (the exact eps is above it: delta is non-increasing), 0 where no ladder point
-down to the floor proves anything.  An
-evaluation the spectral lower path declines (few users off the heaviest atom, comb-like sums)
-counts as 0, which proves nothing: such cells get smaller lower bounds, never wrong ones.
+down to the floor proves anything.  An evaluation the spectral lower path declines (few users
+off the heaviest atom, comb-like sums, a rounding bracket wider than ``lower.MAX_GAP``) proves
+nothing: the search steps over it, and where a bracket ends on one the ladder below is probed
+until an evaluated proof is found (``_Ladder.probe``), so such cells get smaller lower bounds,
+never wrong ones.  Declines are rare at the lower path's own resolution (30 cells per sd) and
+common at 10, where the rounding term is nine times larger.
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     fine = coarse.refined(LOWER_SPLIT)
     i = np.repeat(rows, targets.size)
     ok, fail = fine.close(i, np.tile(targets, rows.size), LOWER_SPLIT * ok.ravel(), LOWER_SPLIT * fail.ravel())
-    out[rows] = fine.proven(fail.reshape(rows.size, targets.size), rows, targets)
+    fail = fine.probe(i, np.tile(targets, rows.size), fail)
+    out[rows] = np.where(fail < fine.top, fine.eps[np.minimum(fail, fine.top)], 0.0).reshape(rows.size, targets.size)
     return out
 
 
@@ -130,7 +134,7 @@ def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
 def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """delta_low(eps, n_i) for pairs: the largest over the lower-bound pairs on the spectral lower
     path, NaN where every pair declines (the search then treats the point like a proof, so that
-    declines at tiny eps do not pull it down; ``_Ladder.proven`` accepts only evaluated proofs).
+    declines at tiny eps do not pull it down; ``_Ladder.probe`` accepts only evaluated proofs).
 
     Every pair is evaluated until ``PAIR_SAMPLE`` points have a lower bound; from then on the
     pair that was the largest most often is evaluated everywhere and the others that were the
@@ -193,17 +197,35 @@ class _Ladder:
             self.set(keys[0], keys[1], self._values(self.eps[keys[0]], keys[1]))
         return self.cache[j, i]
 
-    def proven(self, fail: np.ndarray, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Lower bounds from the brackets' fail ends: e_fail where delta_low(e_fail) > delta was
-        evaluated (the exact eps is above it), else the largest evaluated e_j below it with such a
-        proof (the exact delta is non-increasing in eps), else 0."""
-        out = np.zeros(fail.shape)
-        for r, d in zip(*np.nonzero(fail < self.top), strict=True):
-            column = self.cache[fail[r, d]:, rows[r]]
-            hits = np.flatnonzero(column > targets[d])  # NaN: not evaluated or declined
-            if hits.size:
-                out[r, d] = self.eps[fail[r, d] + hits[0]]
-        return out
+    def probe(self, i: np.ndarray, delta: np.ndarray, fail: np.ndarray) -> np.ndarray:
+        """Lower bounds: move each bracket's fail end down to an evaluated proof
+        (delta_low(e_fail) > delta; the exact eps is above e_fail, the exact delta being
+        non-increasing), ``top`` where none is found down to the floor.
+
+        The search took a declined evaluation (NaN) for a proof, so a fail end can be a decline
+        (e.g. a rounding bracket wider than ``lower.MAX_GAP`` at a coarse resolution); below
+        it the ladder is probed with doubling strides until a proof is evaluated, then bisected
+        between the last point that is not one and that proof (declines count as not)."""
+        def proof(j: np.ndarray, cells: np.ndarray) -> np.ndarray:
+            return (j < self.top) & (self.values(np.minimum(j, self.top), i[cells]) > delta[cells])
+
+        fail = fail.copy()
+        cells = np.flatnonzero(~proof(fail, np.arange(fail.size)))
+        last, stride = fail[cells], 1
+        while cells.size:
+            j = np.minimum(fail[cells] + stride, self.top)
+            hit = proof(j, cells)
+            done = hit | (j >= self.top)
+            fail[cells[done]] = np.where(hit[done], j[done], self.top)
+            lo, hi = last[hit], j[hit]
+            found = cells[hit]
+            while np.any(hi - lo > 1):
+                mid = (lo + hi) // 2
+                ok = proof(mid, found)
+                lo, hi = np.where(ok, lo, mid), np.where(ok, mid, hi)
+            fail[found] = hi
+            cells, last, stride = cells[~done], j[~done], 2 * stride
+        return fail
 
     def chord_position(self, ok: np.ndarray, fail: np.ndarray, i: np.ndarray, delta: np.ndarray) -> np.ndarray:
         """Ladder position (fractional index) of the chord's answer."""
