@@ -144,20 +144,24 @@ class Query:
 
     def delta_lower_many(self, eps: np.ndarray) -> np.ndarray:
         """Lower bound on delta at each eps: the largest over the lower-bound pairs, each on the
-        spectral path (``lower.py``) where it answers, else on the FFT path.  A pair whose
-        evaluation is declined is skipped where its upper bound cannot reach the largest lower
-        bound of the others (it cannot change the maximum)."""
+        spectral path (``lower.py``) where it answers, else on the FFT path.  Declined
+        evaluations go to the FFT path pair by pair, the pair with the largest Chernoff upper
+        bound first, and a pair's evaluation is skipped where that bound cannot reach the largest
+        lower bound found so far (it cannot change the maximum; any subset of the pairs still
+        gives a lower bound)."""
         eps = np.asarray(eps, dtype=float)
         fast = self.spectral and self.n > 1
-        values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n))
-                  if fast and d.c.size <= SPECTRAL_COMPONENTS else np.full(eps.shape, np.nan) for d in self.lower]
+        small = [fast and d.c.size <= SPECTRAL_COMPONENTS for d in self.lower]
+        values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n)) if ok else np.full(eps.shape, np.nan)
+                  for d, ok in zip(self.lower, small, strict=True)]
         best = np.max(np.nan_to_num(values, nan=0.0), axis=0)
-        for i, (d, out) in enumerate(zip(self.lower, values, strict=True)):
-            declined = np.isnan(out)
-            if fast and declined.any() and d.c.size <= SPECTRAL_COMPONENTS:
-                reach = spectral_lower.chernoff_upper(d, eps[declined], self.n)
-                out[np.flatnonzero(declined)[reach < best[declined]]] = 0.0  # cannot be the largest
+        reach = [spectral_lower.chernoff_upper(d, eps, self.n) if ok and np.isnan(out).any()
+                 else np.full(eps.shape, np.inf) for d, ok, out in zip(self.lower, small, values, strict=True)]
+        for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i]))):
+            out = values[i]
+            out[np.isnan(out) & (reach[i] < best)] = 0.0  # cannot be the largest
             _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))
+            best = np.maximum(best, out)
         return np.max(values, axis=0)
 
     def delta_of_lower_pair(self, index: int, eps: float) -> float:
