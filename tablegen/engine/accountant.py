@@ -155,9 +155,13 @@ class Query:
         values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n)) if ok else np.full(eps.shape, np.nan)
                   for d, ok in zip(self.lower, small, strict=True)]
         best = np.max(np.nan_to_num(values, nan=0.0), axis=0)
-        reach = [spectral_lower.chernoff_upper(d, eps, self.n) if ok and np.isnan(out).any()
-                 else np.full(eps.shape, np.inf) for d, ok, out in zip(self.lower, small, values, strict=True)]
-        for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i]))):
+        reach = []  # a Chernoff upper bound where a pair declined (inf: no bound, never skipped)
+        for d, ok, out in zip(self.lower, small, values, strict=True):
+            declined = np.isnan(out)
+            reach.append(np.full(eps.shape, -np.inf if ok else np.inf))
+            if ok and declined.any():
+                reach[-1][declined] = spectral_lower.chernoff_upper(d, eps[declined], self.n)
+        for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i], initial=-np.inf))):
             out = values[i]
             out[np.isnan(out) & (reach[i] < best)] = 0.0  # cannot be the largest
             _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))

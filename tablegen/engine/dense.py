@@ -23,8 +23,9 @@ Mechanisms the spectral path does not cover (an extra delta term, laws with more
 
 ``lower_slice`` runs the same level-by-level search on the certified LOWER bounds of
 ``lower.py`` (every lower-bound pair, the largest taken), then bisects each one-step bracket on
-a ladder ``LOWER_SPLIT`` times finer: the answer is the largest ladder eps whose lower delta
-exceeds delta (the exact eps is above it: delta is non-increasing), 0 where no ladder point
+a ladder ``LOWER_SPLIT`` times finer: the answer is a ladder eps whose lower delta exceeds
+delta (the exact eps is above it: delta is non-increasing), the largest such where no evaluation
+near it declines, 0 where no ladder point
 down to the floor proves anything.  An evaluation the spectral lower path declines (few users
 off the heaviest atom, comb-like sums, a rounding bracket wider than ``lower.MAX_GAP``) proves
 nothing: the search steps over it, and where a bracket ends on one the ladder below is probed
@@ -207,7 +208,9 @@ class _Ladder:
         it the ladder is probed with doubling strides until a proof is evaluated, then bisected
         between the last point that is not one and that proof (declines count as not)."""
         def proof(j: np.ndarray, cells: np.ndarray) -> np.ndarray:
-            return (j < self.top) & (self.values(np.minimum(j, self.top), i[cells]) > delta[cells])
+            out = j < self.top  # the floor proves nothing and is not evaluated
+            out[out] = self.values(j[out], i[cells[out]]) > delta[cells[out]]
+            return out
 
         fail = fail.copy()
         cells = np.flatnonzero(~proof(fail, np.arange(fail.size)))
