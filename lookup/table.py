@@ -44,8 +44,8 @@ class Table:
     eps0: np.ndarray
     n: np.ndarray
     delta: np.ndarray
-    upper: np.ndarray
-    lower: np.ndarray
+    upper: Surface
+    lower: Surface
     attrs: dict[str, Any] = field(default_factory=dict)
     eps0_monotone: np.ndarray | None = None  # per row; False: only grid eps0 are answered
 
@@ -227,34 +227,68 @@ def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], ep
                 eps0_monotone: np.ndarray | None = None) -> Table:
     """A Table from raw arrays (eps: mechanism x eps0 x n x delta), surfaces made monotone
     (along eps0 only for rows that are one randomizer family in eps0), in float64 (a float32
-    store widens exactly).
+    store widens exactly), row by row when a row is first used (``Surface``).
 
     The upper surface is capped at its grid eps0: the exact eps never exceeds eps0 (the local
     guarantee; builds cap there too), and a compact store rounds a capped value up past it.
     Capping after the running minima gives the same surface as before them (eps0 grows along
     its axis), and it stays monotone."""
     eps0 = np.asarray(eps0, float)
-    upper = np.array(eps, dtype=float, order="C")  # copies: the running values are taken in place
-    if not np.all(np.isfinite(upper)):
+    eps, eps_lower = np.asarray(eps), np.asarray(eps_lower)
+    if not np.all(np.isfinite(eps)):
         raise TableError(f"{path}: refused, eps has missing values")
-    mono = np.ones(upper.shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
-    # upper: min over eps0' >= eps0, n' <= n, delta' <= delta
-    _running(np.minimum, upper[:, ::-1], mono)
-    np.minimum(upper, eps0[None, :, None, None], out=upper)
-    # lower: max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
-    lower = np.array(eps_lower, dtype=float, order="C")
-    _running(np.fmax, lower[:, :, ::-1, ::-1], mono)
-    return Table(path, families, params, eps0, np.asarray(n, float), np.asarray(delta, float), upper, lower,
-                 attrs, mono)
+    mono = np.ones(eps.shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
+
+    def upper(r: int) -> np.ndarray:  # min over eps0' >= eps0, n' <= n, delta' <= delta; capped at eps0
+        surface = np.array(eps[r], dtype=float, order="C")  # a copy: the running values are taken in place
+        _running(np.minimum, surface[::-1], mono[r])
+        return np.minimum(surface, eps0[:, None, None], out=surface)
+
+    def lower(r: int) -> np.ndarray:  # max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
+        surface = np.array(eps_lower[r], dtype=float, order="C")
+        _running(np.fmax, surface[:, ::-1, ::-1], mono[r])
+        return surface
+
+    return Table(path, families, params, eps0, np.asarray(n, float), np.asarray(delta, float),
+                 Surface(eps.shape, upper), Surface(eps_lower.shape, lower), attrs, mono)
 
 
-def _running(ufunc: np.ufunc, surface: np.ndarray, mono: np.ndarray) -> None:
-    """In place: ``ufunc``'s running value along axes 2 and 3 of ``surface`` (a view of a
-    surface, reversed where the rule runs the other way), and along axis 1 in the rows ``mono``."""
-    if mono.all():
-        ufunc.accumulate(surface, axis=1, out=surface)
-    else:
-        for r in np.flatnonzero(mono):
-            ufunc.accumulate(surface[r], axis=0, out=surface[r])
+class Surface(np.lib.mixins.NDArrayOperatorsMixin):
+    """A monotone surface (row x eps0 x n x delta) built one row at a time, when the row is
+    first indexed: ``s[r]`` and ``s[r, e, j, d]`` with an integer row build row r only (a query
+    needs one row; building all 21 rows of the default table at open took about a second);
+    any other index, ``np.asarray(s)`` and comparisons build every row."""
+
+    def __init__(self, shape: tuple[int, ...], make: Callable[[int], np.ndarray]) -> None:
+        self.shape, self._make, self._rows = tuple(shape), make, {}
+
+    def row(self, r: int) -> np.ndarray:
+        r = range(self.shape[0])[r]  # negative rows as numpy counts them; IndexError past the end
+        if r not in self._rows:
+            self._rows[r] = self._make(r)
+        return self._rows[r]
+
+    def __getitem__(self, key: Any) -> Any:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if isinstance(first, int | np.integer):
+            return self.row(int(first))[rest] if rest else self.row(int(first))
+        return np.asarray(self)[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.stack([self.row(r) for r in range(self.shape[0])]) if self.shape[0] else np.zeros(self.shape)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """Operators and ufuncs (``==``, ``>=``, ``*``, ``np.isnan``...) act on the whole array."""
+        inputs = tuple(np.asarray(x) if isinstance(x, Surface) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+
+def _running(ufunc: np.ufunc, surface: np.ndarray, along_eps0: bool) -> None:
+    """In place: ``ufunc``'s running value along axes 1 (n) and 2 (delta) of one row's
+    ``surface`` (a view, reversed where the rule runs the other way), and along axis 0 (eps0)
+    where ``along_eps0`` (rows that are one randomizer family in eps0)."""
+    if along_eps0:
+        ufunc.accumulate(surface, axis=0, out=surface)
+    ufunc.accumulate(surface, axis=1, out=surface)
     ufunc.accumulate(surface, axis=2, out=surface)
-    ufunc.accumulate(surface, axis=3, out=surface)
