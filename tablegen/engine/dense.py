@@ -107,7 +107,7 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     i = np.repeat(rows, targets.size)
     ok, fail = fine.close(i, np.tile(targets, rows.size), LOWER_SPLIT * ok.ravel(), LOWER_SPLIT * fail.ravel())
     fail = fine.probe(i, np.tile(targets, rows.size), fail)
-    out[rows] = np.where(fail < fine.top, fine.eps[np.minimum(fail, fine.top)], 0.0).reshape(rows.size, targets.size)
+    out[rows] = np.where(fail < fine.top, fine.eps[fail], 0.0).reshape(rows.size, targets.size)  # fail <= top
     return out
 
 

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,10 +34,15 @@ def base(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
     import lookup.live
 
+    def slow(call: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.05)
+            return call(*args, **kwargs)
+        return wrapped
+
     lookup.live._MEMORY.clear()  # other tests' answers
     for name in ("eps", "eps_upper", "certifies", "delta", "delta_upper", "eps0_max", "composed_eps"):
-        engine_call = getattr(lookup.live, name)
-        monkeypatch.setattr(lookup.live, name, lambda *a, _call=engine_call, **k: (time.sleep(0.05), _call(*a, **k))[1])
+        monkeypatch.setattr(lookup.live, name, slow(getattr(lookup.live, name)))
     yield from serving(table_path, live_timeout=0.001)
 
 
