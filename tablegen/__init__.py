@@ -6,4 +6,4 @@ holds the randomizers as data (laws of the privacy amplification random variable
 """
 
 __version__ = "0.1.0"
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"  # 2: lattice step refined for the tilted law (lattice.refine_step)

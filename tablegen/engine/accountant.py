@@ -30,7 +30,14 @@ from tablegen.decomposition import Decomposition
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
-from tablegen.engine.lattice import AtomLaw, Grid, randomized_rounding
+from tablegen.engine.lattice import (
+    AtomLaw,
+    Grid,
+    randomized_rounding,
+    refine_step,
+    saddlepoint_rows,
+    tilted_log_weights,
+)
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
 
@@ -65,7 +72,10 @@ def delta_of_decomposition(
         exact = float(probs @ np.maximum(values, 0.0))
         return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
-    grid = Grid.aligned(values, probs, math.sqrt(AtomLaw(values, probs).variance()) / res)
+    sd = math.sqrt(AtomLaw(values, probs).variance())
+    # refined where the law tilted to mean 0 is much narrower than G (lattice.refine_step)
+    step = refine_step(values[None, :], probs, np.array([sd / res if sd > 0 else 1.0]), False, res)
+    grid = Grid.aligned(values, probs, float(step[0]))
     x, anchor_error = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)
     # S = step (K + shift); the shift's own rounding error and the anchors' error (kept on the
@@ -400,8 +410,8 @@ def _bahadur_rao_excess(d: Decomposition, eps: np.ndarray, n: int, delta: float)
     values, probs = d.atoms(eps)
     probs = np.broadcast_to(probs, values.shape)
     positive = np.max(values, axis=1) > 0
-    lam = spectral.saddlepoint_rows(values, probs, np.zeros(eps.size), positive, rtol=1e-4)
-    logw, log_m = spectral.tilted_log_weights(values, probs, lam)
+    lam = saddlepoint_rows(values, probs, np.zeros(eps.size), positive, rtol=1e-4)
+    logw, log_m = tilted_log_weights(values, probs, lam)
     w = np.exp(logw)
     mean = np.sum(w * values, axis=1)
     var = np.maximum(np.sum(w * (values - mean[:, None]) ** 2, axis=1), 1e-300)

@@ -190,8 +190,12 @@ def _rounding_correction(
         for r in math.sqrt(m) * np.array([0.0, 0.5, 1.0, 2.0, 3.0, 5.0]):
             x = np.maximum(np.abs(y) - r, 0.0) * math.sqrt(2.0 / m)
             # psi1(x) e^(-lambda y) with psi1 = sqrt(pi m / 8) erfc(x), erfc = erfcx e^(-x^2)
-            weight = psi0 * erfcx(x) * np.exp(-x * x - lam * y)
-            inside = float(weight @ p_pos) + float(np.linalg.norm(weight)) * window.fp_l2
+            # where e^(-lambda y) overflows the candidate is worthless: inside is inf (or NaN from
+            # inf * 0), counted as inf, and another (m, r) or no lower bound at all is used
+            with np.errstate(over="ignore", invalid="ignore"):
+                weight = psi0 * erfcx(x) * np.exp(-x * x - lam * y)
+                inside = float(weight @ p_pos) + float(np.linalg.norm(weight)) * window.fp_l2
+            inside = math.inf if math.isnan(inside) else inside
             edge = psi0 * math.erfc(max(min(-y[0], y[-1]) - r, 0.0) * math.sqrt(2.0 / m))
             noise = 2.0 * psi0 * math.exp(-2.0 * r * r / m)
             outside = math.exp(min(math.log(edge + noise + 1e-300) - log_scale, 700.0))

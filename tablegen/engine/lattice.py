@@ -17,13 +17,14 @@ the window, so the FFT works at full relative precision whatever delta is.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import logsumexp
 
 from tablegen.engine.search import root
+
+REFINE_LEVELS = 10  # refine_step halves a step at most this many times (1024-fold)
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,7 @@ class Grid:
         order = np.argsort(probs)[::-1]
         offset = float(values[order[0]])
         gap = abs(float(values[order[1]]) - offset) if values.size > 1 else 0.0
-        if gap < max_step / 2:
-            return cls(offset, max_step)
-        return cls(offset, gap / math.ceil(gap / max_step))
+        return cls(offset, float(align_step(np.float64(gap), np.float64(max_step))))
 
     def coordinates(self, values: np.ndarray) -> np.ndarray:
         """(values - offset) / step, points within 1e-13 (relative) of an integer snapped onto it."""
@@ -128,8 +127,11 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     """lambda >= 0 at which the tilted mean equals ``target`` (0 if the mean is already >= it).
 
     Any lambda >= 0 keeps the tilting identity exact; this one centres the window on the
-    threshold that delta sees.
+    threshold that delta sees.  Solved on the points that carry mass (a rounded law has at most
+    two per atom, however many cells lie between them).
     """
+    keep = law.pmf > 0
+    law = AtomLaw(law.points[keep], law.pmf[keep])
     pts = law.points
 
     def tilted_mean(lam: float) -> float:
@@ -142,3 +144,97 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     while tilted_mean(hi) < 0:
         hi *= 2.0
     return root(lambda lam: -tilted_mean(lam), 0.0, hi)
+
+
+def tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log of the Esscher-tilted weights and log M(lambda), row-wise (log-sum-exp)."""
+    with np.errstate(divide="ignore"):
+        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
+    expo = logp + lam[:, None] * points
+    top = np.max(expo, axis=1, keepdims=True)
+    log_m = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
+    return expo - log_m[:, None], log_m
+
+
+def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray,
+                     rtol: float = 1e-12) -> np.ndarray:
+    """lambda >= 0 with tilted mean = target, per row: safeguarded Newton on the increasing
+    tilted mean, to a relative step ``rtol``.
+
+    Any lambda keeps the tilting identity exact; this one only centres the tilted law.
+    """
+
+    def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = np.exp(tilted_log_weights(points, probs, lam)[0])
+        mean = np.sum(w * points, axis=1)
+        return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
+
+    top = np.max(np.where(probs > 0, points, -np.inf), axis=1)
+    reachable = positive & (top > target)
+    gap_goal = np.log(np.where(reachable, top - target, 1.0))
+    scale = 1.0 / np.maximum(np.ptp(points, axis=1), 1.0)
+    lo = np.zeros(points.shape[0])
+    hi = np.full_like(lo, np.inf)
+    lam = lo.copy()
+    for _ in range(100):
+        mean, var = moments(lam)
+        below = mean < target
+        lo, hi = np.where(below, lam, lo), np.where(below, hi, lam)
+        var = np.maximum(var, 1e-300)
+        step = lam + (target - mean) / var
+        # Newton on log(top - mean), nearly linear where the tilted law piles onto its top point
+        # (eps near eps0), where Newton on the mean crawls by bisection
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gap = np.where(reachable, top - mean, 1.0)
+            log_step = lam + gap * (np.log(gap) - gap_goal) / var
+        inside = (step > lo) & (step < hi)
+        log_inside = (log_step > lo) & (log_step < hi)
+        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + scale)
+        new = np.where(reachable, np.where(inside, step, np.where(log_inside, log_step, fallback)), 0.0)
+        done = np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)  # rows stop once they converge
+        if np.all(done):
+            break
+        lam = np.where(done, lam, new)
+    return lam
+
+
+
+def align_step(gap: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """A step in [step/2, step] dividing ``gap`` (the distance between the two heaviest atoms)
+    when gap >= step/2, so that both lie on the lattice; ``step`` itself otherwise."""
+    divides = gap >= step / 2
+    return np.where(divides, gap / np.ceil(np.where(divides, gap, 1.0) / step), step)
+
+
+def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: bool, cells: float) -> np.ndarray:
+    """``step``, or where its rounding noise under the law that decides delta is above 1 / cells^2
+    of that law's variance (noise sd above sd / cells), the largest of step/2, ...,
+    step/2^REFINE_LEVELS whose noise is at most a quarter of that; per row of ``values`` (B, J)
+    with probabilities ``probs`` (J,).
+
+    The law that decides delta is G tilted to mean 0 (the saddlepoint lambda of the unrounded
+    law).  A step sized from sd(G) alone can be far too coarse for it: at large eps0 the k-RR law
+    has a rare atom at 1 - e^eps e^eps0 that dominates sd(G) and has almost no tilted weight,
+    while the atoms that decide the tail (1 - e^eps and e^eps0 - e^eps) are rounded over cells
+    wider than themselves.  The noise of a candidate is the exact variance of the randomized
+    rounding, sum_j w_j t_j (1 - t_j) step^2 (tilted weights w_j, fractional positions t_j),
+    on the lattice the caller builds: anchored at the heaviest atom (or at half a cell from it
+    when ``half``), the step aligned by ``align_step``.  Any step keeps every bound certified
+    (the rounding is a mean-preserving spread); this choice is for tightness only.
+    """
+    positive = np.max(values, axis=1) > 0
+    lam = saddlepoint_rows(values, probs, np.zeros(values.shape[0]), positive, rtol=1e-4)
+    w = np.exp(tilted_log_weights(values, probs, lam)[0])
+    var = np.sum(w * (values - np.sum(w * values, axis=1)[:, None]) ** 2, axis=1)
+    order = np.argsort(probs)[::-1]
+    first = values[:, order[:1]]
+    gap = np.abs(values[:, order[1:2]] - first) if probs.size > 1 else np.zeros_like(first)
+    candidates = step[:, None] * 2.0 ** -np.arange(REFINE_LEVELS + 1)  # (B, L)
+    aligned = align_step(gap, candidates)[:, :, None]
+    x = (values - first)[:, None, :] / aligned + (0.5 if half else 0.0)
+    t = x - np.floor(x)
+    noise = np.sum(w[:, None, :] * t * (1 - t), axis=2) * aligned[:, :, 0] ** 2
+    share = noise / np.maximum(var, 1e-300)[:, None]
+    fine = np.append(share <= 0.25 / cells**2, np.ones((values.shape[0], 1), bool), axis=1)
+    level = np.where(share[:, 0] <= 1.0 / cells**2, 0, np.minimum(np.argmax(fine, axis=1), REFINE_LEVELS))
+    return candidates[np.arange(values.shape[0]), level]

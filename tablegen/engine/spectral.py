@@ -4,7 +4,8 @@ Same certified steps as ``fourier.py`` (docs/engine.md), evaluated by Parseval i
 inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities in lattice units.
 
 1. Randomized rounding of G onto offset + step Z (mean-preserving spread: E[S'_+] >= E[S_+]),
-   step <= sd(G)/resolution.  When many users (n P(G not at the heaviest atom) >= 200) fall
+   step <= sd(G)/resolution, refined where G tilted to mean 0 is much narrower than G
+   (``lattice.refine_step``).  When many users (n P(G not at the heaviest atom) >= 200) fall
    outside the heaviest atom, the two heaviest atoms are placed at *half* cells so that their
    mass splits over two neighbours: that is what makes |psi| decay away from 0 (step 4), at the
    price of a rounding variance step^2/4 per user (second order, as S is spread; the step is
@@ -54,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from tablegen.decomposition import Decomposition
+from tablegen.engine.lattice import align_step, refine_step, saddlepoint_rows, tilted_log_weights
 
 U = 2.0**-53
 TINY = float(np.nextafter(0.0, 1.0))
@@ -149,10 +151,10 @@ class _Lattice:
         # times wider and the noise stays below 1 / (16 resolution^2) of var(S) (k-RR with large k)
         rare = max(1.0 - float(probs[order[0]]), 1e-300)
         wider = 1.0 if half else max(1.0, 0.5 / np.sqrt(rare))
-        step = sd * wider / (resolution * (HALF_FINER if half else 1.0))
-        divides = gap >= step / 2
-        step = np.where(divides, gap / np.ceil(np.where(divides, gap, 1.0) / step), step)
-        step = np.where(step > 0, step, 1.0)
+        cells = resolution * (HALF_FINER if half else 1.0)
+        step = np.where(sd > 0, sd * wider / cells, 1.0)
+        # refined where the law that decides delta is much narrower than G (lattice.refine_step)
+        step = align_step(gap, refine_step(values, probs, step, half, cells))
         offset = first - step / 2 if half else first  # heaviest atoms at 1/2 (or on the lattice)
         x = (values - offset[:, None]) / step[:, None]
         err_offset = U * np.abs(offset) + err_values[:, order[0]] + U * step
@@ -294,58 +296,6 @@ class _Lattice:
         with np.errstate(divide="ignore"):
             log_bound = np.log(np.minimum(bound[order], 1.0))
         return owner[order], start[order], width[order], log_bound
-
-def tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log of the Esscher-tilted weights and log M(lambda), row-wise (log-sum-exp)."""
-    with np.errstate(divide="ignore"):
-        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
-    expo = logp + lam[:, None] * points
-    top = np.max(expo, axis=1, keepdims=True)
-    log_m = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
-    return expo - log_m[:, None], log_m
-
-
-def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray,
-                     rtol: float = 1e-12) -> np.ndarray:
-    """lambda >= 0 with tilted mean = target, per row: safeguarded Newton on the increasing
-    tilted mean, to a relative step ``rtol``.
-
-    Any lambda keeps the tilting identity exact; this one only centres the tilted law.
-    """
-
-    def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = np.exp(tilted_log_weights(points, probs, lam)[0])
-        mean = np.sum(w * points, axis=1)
-        return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
-
-    top = np.max(np.where(probs > 0, points, -np.inf), axis=1)
-    reachable = positive & (top > target)
-    gap_goal = np.log(np.where(reachable, top - target, 1.0))
-    scale = 1.0 / np.maximum(np.ptp(points, axis=1), 1.0)
-    lo = np.zeros(points.shape[0])
-    hi = np.full_like(lo, np.inf)
-    lam = lo.copy()
-    for _ in range(100):
-        mean, var = moments(lam)
-        below = mean < target
-        lo, hi = np.where(below, lam, lo), np.where(below, hi, lam)
-        var = np.maximum(var, 1e-300)
-        step = lam + (target - mean) / var
-        # Newton on log(top - mean), nearly linear where the tilted law piles onto its top point
-        # (eps near eps0), where Newton on the mean crawls by bisection
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gap = np.where(reachable, top - mean, 1.0)
-            log_step = lam + gap * (np.log(gap) - gap_goal) / var
-        inside = (step > lo) & (step < hi)
-        log_inside = (log_step > lo) & (log_step < hi)
-        fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + scale)
-        new = np.where(reachable, np.where(inside, step, np.where(log_inside, log_step, fallback)), 0.0)
-        done = np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)  # rows stop once they converge
-        if np.all(done):
-            break
-        lam = np.where(done, lam, new)
-    return lam
-
 
 class _Plan:
     """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""

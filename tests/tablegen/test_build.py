@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 from distributed import Client
 
-from tablegen import store
+from tablegen import ENGINE_VERSION, store
 from tablegen.build import build, dry_run, sample_curves
 from tablegen.engine.curve import eps_curve
 from tablegen.spec import load_spec
@@ -221,7 +221,7 @@ def test_publish_clears_leftovers_of_an_interrupted_publish(spec_path: Path, tmp
 def test_a_marker_without_values_is_recomputed_not_published(spec_path: Path, tmp_path: Path) -> None:
     spec = load_spec(spec_path)
     out = tmp_path / "t.zarr"
-    staging = store.open_staging(out, {"spec_sha256": spec.digest(), "engine_version": "1"}, spec.shape)
+    staging = store.open_staging(out, {"spec_sha256": spec.digest(), "engine_version": ENGINE_VERSION}, spec.shape)
     (staging / "done" / "0_0").mkdir()
     (staging / "done" / "0_0" / "0").touch()  # marker, but the chunk never reached the disk
     with pytest.raises(store.StoreError, match="marker but no values"):
@@ -265,7 +265,7 @@ def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tm
     assert np.isnan(low[:, :, 1]).all() and (low[:, :, ::2] <= eps[:, :, ::2]).all()
     assert verify(out, sample=3) == []
     # a slice with one curve missing is one task recomputing only that curve
-    staging = store.open_staging(tmp_path / "u.zarr", {"spec_sha256": spec.digest(), "engine_version": "1"},
+    staging = store.open_staging(tmp_path / "u.zarr", {"spec_sha256": spec.digest(), "engine_version": ENGINE_VERSION},
                                  spec.shape)
     for r, e, j in spec.curves():
         if (r, e, j) != (1, 0, 1):

@@ -235,6 +235,19 @@ def test_upper_bound_tight_in_eps_far_tails(mech, params, law):
             assert upper <= exact_delta(*law(eps0, eps_smaller), n), (mech, params, eps0, eps, n, upper, exact)
 
 
+# large eps0 and k: sd(G) is set by the rare atom 1 - e^eps e^eps0, which the law that decides
+# delta (tilted to mean 0) barely weighs; a step sized from sd(G) alone was 2.4-10x loose here
+LARGE_EPS0_CASES = [(32, 7.5, 200, 6.0), (32, 7.5, 200, 6.5), (64, 7.0, 200, 5.5), (16, 6.0, 150, 4.5),
+                    (10, 8.0, 200, 6.5)]
+
+
+@pytest.mark.parametrize("k,eps0,n,eps", LARGE_EPS0_CASES)
+def test_upper_bound_tight_at_large_eps0_and_k(k, eps0, n, eps):
+    exact = exact_delta(*krr_upper_law(eps0, eps, k), n)
+    upper = delta_bounds("krr", eps0=eps0, n=n, eps=eps, lower=False, k=k).upper
+    assert exact <= upper <= exact * (1 + TIGHT) + ABS, (upper, exact)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="tightness spec 1e-3 not met: certified delta exceeds the exact value by up to ~0.3% "
