@@ -15,9 +15,11 @@ import math
 import os
 import random
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +55,29 @@ class Task:
     lower_resolution: float
     method: str = "curve"
     lower_method: str = "curve"
+
+
+class BuildInterrupted(Exception):
+    """A build stopped by SIGINT or SIGTERM; its finished curves stay in the staging store."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        super().__init__(message or f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise BuildInterrupted in the main thread while the body runs (dask's
+    event loop otherwise swallows them and a stopped build exits 0, like a finished one)."""
+    def stop(signum: int, _frame: Any) -> None:
+        raise BuildInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)
@@ -153,8 +178,14 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     done = store.finished(staging)
     log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute"
         + (f" ({task_count(spec, done)} slices)" if spec.method == "slice" else ""))
-    _execute(tasks(spec, staging, done), task_count(spec, done), scheduler, workers, progress,
-             spec.digest()[:12], "curve" if spec.method == "curve" else "slice")
+    try:
+        with _stopped_by_signals():
+            _execute(tasks(spec, staging, done), task_count(spec, done), scheduler, workers, progress,
+                     spec.digest()[:12], "curve" if spec.method == "curve" else "slice")
+    except BuildInterrupted as stop:
+        kept = len(store.finished(staging))
+        raise BuildInterrupted(stop.signum, f"build stopped by {signal.Signals(stop.signum).name}: {kept} of "
+                               f"{total} curves finished, kept in {staging}; the same command resumes") from None
     if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
     store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING)

@@ -353,6 +353,9 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
                       log=click.echo)
     except ValueError as exc:
         _fail(exc)
+    except builder.BuildInterrupted as stop:
+        click.echo(f"error: {stop}", err=True)
+        sys.exit(128 + stop.signum)  # the shell's convention for a process stopped by a signal
 
 
 @main.command()

@@ -145,6 +145,27 @@ def test_sigkill_then_resume_gives_the_identical_table(spec_path: Path, tmp_path
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_build_says_so_and_exits_non_zero(spec_path: Path, tmp_path: Path, signum: int) -> None:
+    """On a local dask cluster, where the event loop used to swallow the signal (exit status 0)."""
+    spec_path.write_text(spec_path.read_text().replace("resolution = 4\n", "resolution = 30\n"))
+    out = tmp_path / "t.zarr"
+    command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec_path), "--out", str(out),
+               "--workers", "1", "--no-progress"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    staging = store.staging_path(out)
+    deadline = time.time() + 120
+    while not store.finished(staging) and time.time() < deadline and first.poll() is None:
+        time.sleep(0.01)
+    first.send_signal(signum)
+    _, err = first.communicate(timeout=60)
+    finished = len(store.finished(staging))
+    assert first.returncode == 128 + signum, err
+    assert f"build stopped by {signum.name}: {finished} of 12 curves finished" in err
+    assert finished < 12 and not out.exists()
+    assert build(load_spec(spec_path), out, workers=0, progress=False, log=quiet).skipped == finished
+
+
 def test_publish_replaces_the_old_table_atomically(spec_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "t.zarr"
     build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
