@@ -74,7 +74,7 @@ def delta_of_decomposition(
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
     sd = math.sqrt(AtomLaw(values, probs).variance())
     # refined where the law tilted to mean 0 is much narrower than G (lattice.refine_step)
-    step = refine_step(values[None, :], probs, np.array([sd / res if sd > 0 else 1.0]), False, res)
+    step = refine_step(values[None, :], probs, np.array([sd / res if sd > 0 else 1.0]), False, res, np.array([n]))
     grid = Grid.aligned(values, probs, float(step[0]))
     x, anchor_error = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)

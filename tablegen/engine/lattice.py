@@ -206,21 +206,25 @@ def align_step(gap: np.ndarray, step: np.ndarray) -> np.ndarray:
     return np.where(divides, gap / np.ceil(np.where(divides, gap, 1.0) / step), step)
 
 
-def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: bool, cells: float) -> np.ndarray:
-    """``step``, or where its rounding noise under the law that decides delta is above 1 / cells^2
-    of that law's variance (noise sd above sd / cells), the largest of step/2, ...,
-    step/2^REFINE_LEVELS whose noise is at most a quarter of that; per row of ``values`` (B, J)
-    with probabilities ``probs`` (J,).
+def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: bool, cells: float,
+                n: np.ndarray) -> np.ndarray:
+    """``step``, or a finer one where rounding on it would cost the bound more than it should;
+    per row of ``values`` (B, J) with probabilities ``probs`` (J,), for sums of up to ``n`` (B,)
+    users.
 
-    The law that decides delta is G tilted to mean 0 (the saddlepoint lambda of the unrounded
-    law).  A step sized from sd(G) alone can be far too coarse for it: at large eps0 the k-RR law
-    has a rare atom at 1 - e^eps e^eps0 that dominates sd(G) and has almost no tilted weight,
-    while the atoms that decide the tail (1 - e^eps and e^eps0 - e^eps) are rounded over cells
-    wider than themselves.  The noise of a candidate is the exact variance of the randomized
-    rounding, sum_j w_j t_j (1 - t_j) step^2 (tilted weights w_j, fractional positions t_j),
-    on the lattice the caller builds: anchored at the heaviest atom (or at half a cell from it
-    when ``half``), the step aligned by ``align_step``.  Any step keeps every bound certified
-    (the rounding is a mean-preserving spread); this choice is for tightness only.
+    delta is decided by G tilted to mean 0 (the saddlepoint lambda of the unrounded law).  A
+    step sized from sd(G) alone can be far too coarse for it: at large eps0 the k-RR law has a
+    rare atom at 1 - e^eps e^eps0 that dominates sd(G) and has almost no tilted weight, while
+    the atoms that decide the tail (1 - e^eps and e^eps0 - e^eps) are rounded over cells wider
+    than themselves.  The rounding noise of a step is the exact variance of the randomized
+    rounding under the tilted weights w_j, V = sum_j w_j t_j (1 - t_j) step^2 (t_j the atoms'
+    fractional positions on the lattice the caller builds: anchored at the heaviest atom, or half
+    a cell from it when ``half``, the step aligned by ``align_step``).  Its share of the tilted
+    variance is V / var_lambda and, to second order, it inflates the tilted expectation by
+    e^(n lambda^2 V / 2).  Where both the share and n lambda^2 V / 2 exceed 1 / cells^2, the step
+    is halved (up to REFINE_LEVELS times) until either is below a quarter of that.  Any step
+    keeps every bound certified (the rounding is a mean-preserving spread); this is for
+    tightness only.
     """
     positive = np.max(values, axis=1) > 0
     lam = saddlepoint_rows(values, probs, np.zeros(values.shape[0]), positive, rtol=1e-4)
@@ -234,7 +238,7 @@ def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: b
     x = (values - first)[:, None, :] / aligned + (0.5 if half else 0.0)
     t = x - np.floor(x)
     noise = np.sum(w[:, None, :] * t * (1 - t), axis=2) * aligned[:, :, 0] ** 2
-    share = noise / np.maximum(var, 1e-300)[:, None]
-    fine = np.append(share <= 0.25 / cells**2, np.ones((values.shape[0], 1), bool), axis=1)
-    level = np.where(share[:, 0] <= 1.0 / cells**2, 0, np.minimum(np.argmax(fine, axis=1), REFINE_LEVELS))
+    cost = np.minimum(noise / np.maximum(var, 1e-300)[:, None], (0.5 * n * lam**2)[:, None] * noise)
+    fine = np.append(cost <= 0.25 / cells**2, np.ones((values.shape[0], 1), bool), axis=1)
+    level = np.where(cost[:, 0] <= 1.0 / cells**2, 0, np.minimum(np.argmax(fine, axis=1), REFINE_LEVELS))
     return candidates[np.arange(values.shape[0]), level]

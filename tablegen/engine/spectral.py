@@ -100,7 +100,7 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
             continue
         used, local = np.unique(row[pairs], return_inverse=True)
         local = local.ravel()
-        law = _Lattice(d, eps[used], resolution, half)
+        law = _Lattice(d, eps[used], resolution, half, _most_users(local, n[pairs], used.size))
         # near eps = 0 the saddlepoint lambda is tiny and the period ~ TAIL_LOG / lambda explodes:
         # those pairs are tilted at a floor lambda instead (the identity of step 2 holds for any lambda)
         bucket = np.floor(np.log2(n[pairs])).astype(np.int64)
@@ -110,7 +110,8 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
         if low.any():
             keys, key_row = np.unique(np.stack([local[low], bucket[low]]), axis=1, return_inverse=True)
             floors = FLOOR_Z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
-            tilted = _Lattice(d, eps[used[keys[0]]], resolution, half, floors)
+            tilted = _Lattice(d, eps[used[keys[0]]], resolution, half,
+                              _most_users(key_row.ravel(), n[pairs[low]], keys.shape[1]), floors)
             _fill(out, pairs[low], tilted, key_row.ravel(), n[pairs[low]], half)
     return out
 
@@ -128,13 +129,20 @@ def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
     ``plan.batches()`` and ``plan.parseval``)."""
-    return _Plan(_Lattice(d, eps, resolution, True), row, n, MAX_NODES)
+    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES)
+
+
+def _most_users(row: np.ndarray, n: np.ndarray, rows: int) -> np.ndarray:
+    """The largest n of each row's pairs (what ``lattice.refine_step`` sizes the step for)."""
+    most = np.ones(rows)
+    np.maximum.at(most, row, n)
+    return most
 
 
 class _Lattice:
     """Per-eps part: rounded, tilted law (depends on eps only, never on n)."""
 
-    def __init__(self, d: Decomposition, eps: np.ndarray, resolution: float, half: bool,
+    def __init__(self, d: Decomposition, eps: np.ndarray, resolution: float, half: bool, n: np.ndarray,
                  lam_floor: np.ndarray | None = None) -> None:
         alpha = np.exp(eps)[:, None]
         u, v = np.append(d.u, 0.0)[None, :], np.append(d.v, 0.0)[None, :]
@@ -154,7 +162,7 @@ class _Lattice:
         cells = resolution * (HALF_FINER if half else 1.0)
         step = np.where(sd > 0, sd * wider / cells, 1.0)
         # refined where the law that decides delta is much narrower than G (lattice.refine_step)
-        step = align_step(gap, refine_step(values, probs, step, half, cells))
+        step = align_step(gap, refine_step(values, probs, step, half, cells, n))
         offset = first - step / 2 if half else first  # heaviest atoms at 1/2 (or on the lattice)
         x = (values - offset[:, None]) / step[:, None]
         err_offset = U * np.abs(offset) + err_values[:, order[0]] + U * step

@@ -47,7 +47,7 @@ def test_windows_around_near_returns_stay_certified(eps0):
     d = _decomposition("generic", {}, eps0)
     for n in (1000, 2000):
         eps = 0.2 * eps0 * math.sqrt(60 / n)
-        law = spectral_path._Lattice(d, np.array([eps]), spectral_path.RESOLUTION, True)
+        law = spectral_path._Lattice(d, np.array([eps]), spectral_path.RESOLUTION, True, np.array([n]))
         plan = spectral_path._Plan(law, np.array([0]), np.array([n]), spectral_path.MAX_NODES)
         assert plan.nodes[0] < plan.period[0] // 8 and plan.ranges[0].size >= 2
         assert plan.sup_log[0] <= -spectral_path.TAIL_LOG + 1e-9
