@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from tablegen import ENGINE_VERSION, __version__, store
+from tablegen import __version__, store
 from tablegen.build import progress_bar
-from tablegen.protocols.accounting import PROTOCOLS, calibrate
+from tablegen.protocols.accounting import PROTOCOLS, VERSION, calibrate
 from tablegen.spec import SpecError, parse_axis
 
 REFERENCE = "Balcer, Cheu, arXiv:1911.06879 section 3; shuffle-eps docs/protocols.md"
@@ -74,7 +74,9 @@ def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = F
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
     spec = json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()}, sort_keys=True)
-    header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": ENGINE_VERSION}
+    # stamped with the protocol accounting's version (it does not use the lattice engine), under
+    # the key every store uses for "what computed it"
+    header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": VERSION}
     slices = list(itertools.product(range(len(PROTOCOLS)), range(axes["eps"].size)))
     if store.up_to_date(out, header):
         return {"out": str(out), "cells": len(slices) * axes["n"].size * axes["delta"].size, "computed": 0,
@@ -115,6 +117,6 @@ def _dataset(values: np.ndarray, axes: dict[str, Any], spec: str, header: dict[s
                 "n": ("n", axes["n"].astype(np.int64), {"long_name": "number of users", "units": "1"}),
                 "delta": ("delta", axes["delta"], {"long_name": "target delta", "units": "1"})},
         attrs={"title": axes["title"], "Conventions": "CF-1.10", "institution": "shuffle-eps",
-               "source": f"shuffle-eps {__version__} tablegen, engine {ENGINE_VERSION}",
+               "source": f"shuffle-eps {__version__} tablegen, protocol accounting {VERSION}",
                "history": f"{now} {command}", "references": REFERENCE, "date_created": now, "spec": spec, **header},
     )
