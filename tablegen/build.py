@@ -323,15 +323,20 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     done = store.finished(store.staging_path(out)) if out else set()
     todo = total - len(done)
     unit = "curve" if spec.method == "curve" else "slice"
-    sampled = sample_curves(spec, sample, seed)
-    if unit == "slice":  # the whole slice through each sampled cell (a task's real cost)
-        sampled = [[(r, e, j) for j in range(spec.shape[2])] for r, e in dict.fromkeys(c[:2] for c in sampled)]
+    if unit == "slice":
+        strata = _slice_strata(spec, done, sample, seed)
     else:
-        sampled = [[cell] for cell in sampled]
-    seconds = [_time_curve(task(spec, Path("/nonexistent"), cells)) for cells in sampled]
-    per_curve = float(np.mean(seconds)) if seconds else 0.0
-    error = float(np.std(seconds, ddof=1) / math.sqrt(len(seconds))) if len(seconds) > 1 else per_curve
-    core_hours = per_curve * task_count(spec, done) / 3600
+        strata = [(todo, [[cell] for cell in sample_curves(spec, sample, seed)])]
+    timed = [[_time_curve(task(spec, Path("/nonexistent"), cells)) for cells in picks] for _, picks in strata]
+    seconds = [t for times in timed for t in times]
+    # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
+    seconds_left = sum(count * float(np.mean(times)) for (count, _), times in zip(strata, timed, strict=True) if times)
+    variance = sum(count**2 * float(np.var(times, ddof=1)) / len(times)
+                   for (count, _), times in zip(strata, timed, strict=True) if len(times) > 1)
+    tasks_left = max(sum(count for count, _ in strata), 1)
+    per_curve = seconds_left / tasks_left
+    error = math.sqrt(variance) / tasks_left if len(seconds) > 1 else per_curve
+    core_hours = seconds_left / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {
         "cells": math.prod(spec.shape), "curves": total, "curves_to_compute": todo,
@@ -353,16 +358,42 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     return figures
 
 
+def _slice_strata(spec: Spec, done: set[tuple[int, int, int]], sample: int,
+                  seed: int) -> list[tuple[int, list[list[tuple[int, int, int]]]]]:
+    """(unfinished slices, sampled slices) for the slices without lower bounds and those with
+    (a few eps0 of the spec; a lower slice costs several upper ones, so a plain sample that
+    catches one or none of them misjudges the build): a quarter of the sample, at least one,
+    goes to the second, each drawn as a Latin hypercube over (row, eps0) of its stratum."""
+    cells = range(spec.shape[2])
+    has_lower = np.array([any(spec.wants_lower(e, j) for j in cells) for e in range(spec.shape[1])])
+    rng = random.Random(seed)
+    strata = []
+    for lower, share in ((False, sample - max(1, sample // 4)), (True, max(1, sample // 4))):
+        columns = np.flatnonzero(has_lower == lower)
+        left = [(r, int(e)) for r in range(spec.shape[0]) for e in columns
+                if not all((r, int(e), j) in done for j in cells)]
+        if not left:
+            continue
+        picks = _latin((spec.shape[0], columns.size), max(share, 1), rng)
+        chosen = dict.fromkeys((r, int(columns[i])) for r, i in picks)
+        strata.append((len(left), [[(r, e, j) for j in cells] for r, e in chosen]))
+    return strata
+
+
+def _latin(sizes: tuple[int, ...], sample: int, rng: random.Random) -> list[tuple[int, ...]]:
+    """``sample`` index tuples of a Latin hypercube over axes of ``sizes``: each axis cut into
+    ``sample`` equal strata, each stratum used once."""
+    order = [rng.sample(range(sample), sample) for _ in sizes]
+    return [tuple(int((order[a][i] + rng.random()) * size / sample) for a, size in enumerate(sizes))
+            for i in range(sample)]
+
+
 def sample_curves(spec: Spec, sample: int, seed: int = 0) -> list[tuple[int, int, int]]:
     """``sample`` (row, eps0, n) cells of a Latin hypercube over the three index axes: each axis
     cut into ``sample`` equal strata, each stratum used once.  The cost of a curve grows steeply
     with n and eps0 (seconds to minutes), so a uniform sample of a few curves misses or
     over-weights the expensive corner; this one spreads them evenly and stays unbiased."""
-    rng = random.Random(seed)
-    sizes = spec.shape[:3]
-    order = [rng.sample(range(sample), sample) for _ in sizes]
-    return [tuple(int((order[a][i] + rng.random()) * size / sample) for a, size in enumerate(sizes))
-            for i in range(sample)]
+    return _latin(spec.shape[:3], sample, random.Random(seed))
 
 
 def _time_curve(task: Task) -> float:

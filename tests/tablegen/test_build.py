@@ -18,7 +18,7 @@ import xarray as xr
 from distributed import Client
 
 from tablegen import ENGINE_VERSION, store
-from tablegen.build import build, dry_run, sample_curves
+from tablegen.build import _slice_strata, build, dry_run, sample_curves
 from tablegen.engine.curve import eps_curve
 from tablegen.spec import load_spec
 from tablegen.verify import verify
@@ -265,6 +265,19 @@ def test_dry_run_sample_covers_every_stratum_and_reports_a_range() -> None:
     assert figures["sampled_curves"] == 3 and figures["curves_to_compute"] == figures["curves"] == 12
     assert figures["core_hours_low"] <= figures["core_hours"] <= figures["core_hours_high"]
     assert 0 < figures["seconds_min"] <= figures["seconds_per_curve"] <= figures["seconds_max"]
+
+
+def test_dry_run_of_a_slice_build_samples_the_slices_with_lower_bounds_apart(tmp_path: Path) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("eps0 = [1.0, 2.0]", "eps0 = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]")
+                    .replace("lower_every = [1, 2]", 'lower_every = [4, 2]\nmethod = "slice"'))
+    spec = load_spec(path)
+    plain, lower = _slice_strata(spec, set(), sample=4, seed=1)
+    assert plain[0] == 2 * 6 and lower[0] == 2 * 2  # rows x eps0 without / with lower bounds
+    assert {c[1] for s in plain[1] for c in s} <= {1, 2, 3, 5, 6, 7} and len(plain[1]) <= 3
+    assert [{c[1] for c in s} for s in lower[1]] in ([{0}], [{4}]) and all(len(s) == 3 for s in lower[1])
+    done = {(r, e, j) for r in range(2) for e in (0, 4) for j in range(3)}  # every lower slice finished
+    assert [count for count, _ in _slice_strata(spec, done, sample=4, seed=1)] == [12]
 
 
 def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tmp_path: Path) -> None:
