@@ -349,6 +349,10 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
     around the predicted crossing (``_refine``), until the bracket is narrower than rtol.
     """
     floor = q.eps0 * 1e-9
+    if eps_upper <= floor:
+        # nothing below the floor is searched, and delta_low(floor) <= delta_up(floor) <= delta:
+        # no evaluation can prove more than 0 (each would cost an FFT at tiny eps, seconds at n = 1e9)
+        return 0.0
     a, da, b, db = 0.0, math.inf, eps_upper, 0.0
     points = eps_upper * (1 - np.array([1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3]))
     for _ in range(60):

@@ -201,6 +201,20 @@ def test_certified_delta_has_no_absolute_floor():
     assert delta_bounds("krr", eps0=3.0, n=1000, eps=2.4, k=3, lower=False).upper <= 1e-15
 
 
+def test_a_floor_answer_has_lower_bound_zero_without_evaluating_it(monkeypatch):
+    """delta(0) <= delta: the certified eps is the search floor eps0 * 1e-9, and no lower-bound
+    evaluation can prove more than 0 there (it used to cost 10-25 s of FFTs at n = 1e9)."""
+    from tablegen.engine.accountant import Query
+
+    assert exact_delta(*krr_upper_law(0.05, 0.0, 2), 1000) <= 1e-3  # the regime: exact eps is 0 from n = 1000
+    def refuse(self, eps):
+        raise AssertionError(f"lower bound evaluated at {eps}")
+
+    monkeypatch.setattr(Query, "delta_lower_many", refuse)
+    bounds = eps_bounds("krr", eps0=0.05, n=10**9, delta=1e-3, k=2)
+    assert bounds.upper == pytest.approx(0.05e-9) and bounds.lower == 0.0
+
+
 # --------------------------------------------------------------------------- eps0_max
 
 
