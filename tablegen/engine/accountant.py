@@ -35,8 +35,7 @@ from tablegen.engine.lattice import (
     Grid,
     randomized_rounding,
     refine_step,
-    saddlepoint_rows,
-    tilted_log_weights,
+    tilted_moments,
 )
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import Mechanism, get_mechanism
@@ -414,11 +413,8 @@ def _bahadur_rao_excess(d: Decomposition, eps: np.ndarray, n: int, delta: float)
     values, probs = d.atoms(eps)
     probs = np.broadcast_to(probs, values.shape)
     positive = np.max(values, axis=1) > 0
-    lam = saddlepoint_rows(values, probs, np.zeros(eps.size), positive, rtol=1e-4)
-    logw, log_m = tilted_log_weights(values, probs, lam)
-    w = np.exp(logw)
-    mean = np.sum(w * values, axis=1)
-    var = np.maximum(np.sum(w * (values - mean[:, None]) ** 2, axis=1), 1e-300)
+    lam, log_m, _, var = tilted_moments(values, probs)
+    var = np.maximum(var, 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = n * log_m - np.log(n * lam**2 * np.sqrt(2 * np.pi * n * var)) - math.log(delta)
     return np.where(~positive, -np.inf, np.where(lam > 0, excess, 1.0))

@@ -198,6 +198,17 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
     return lam
 
 
+def tilted_moments(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of ``values`` (B, J): the saddlepoint lambda of the unrounded law (tilted mean 0;
+    0 where G is never positive or its mean is not below 0), log M(lambda), the tilted weights and
+    the tilted variance."""
+    positive = np.max(values, axis=1) > 0
+    lam = saddlepoint_rows(values, probs, np.zeros(values.shape[0]), positive, rtol=1e-4)
+    logw, log_m = tilted_log_weights(values, probs, lam)
+    w = np.exp(logw)
+    mean = np.sum(w * values, axis=1)
+    return lam, log_m, w, np.sum(w * (values - mean[:, None]) ** 2, axis=1)
+
 
 def align_step(gap: np.ndarray, step: np.ndarray) -> np.ndarray:
     """A step in [step/2, step] dividing ``gap`` (the distance between the two heaviest atoms)
@@ -226,10 +237,7 @@ def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: b
     keeps every bound certified (the rounding is a mean-preserving spread); this is for
     tightness only.
     """
-    positive = np.max(values, axis=1) > 0
-    lam = saddlepoint_rows(values, probs, np.zeros(values.shape[0]), positive, rtol=1e-4)
-    w = np.exp(tilted_log_weights(values, probs, lam)[0])
-    var = np.sum(w * (values - np.sum(w * values, axis=1)[:, None]) ** 2, axis=1)
+    lam, _, w, var = tilted_moments(values, probs)
     order = np.argsort(probs)[::-1]
     first = values[:, order[:1]]
     gap = np.abs(values[:, order[1:2]] - first) if probs.size > 1 else np.zeros_like(first)
