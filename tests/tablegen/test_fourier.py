@@ -33,4 +33,3 @@ def test_block_bound_never_below_the_cell_sum(size, low, shift, lam, m, r_scale,
     cells = _inside_cells(y, p_pos, m, r, lam, fp_l2)
     blocks = _Blocks(y, p_pos, fp_l2).inside(m, r, lam)
     assert blocks >= cells * (1 - 1e-12), (blocks, cells)
-

@@ -1,0 +1,30 @@
+"""glibc's allocator kept from handing the engine's freed arrays back to the kernel at once.
+
+The engine builds and drops arrays of tens of MB many times per slice.  dask's nanny starts
+every worker with ``MALLOC_TRIM_THRESHOLD_=65536`` (its ``distributed.nanny.pre-spawn-environ``
+default), which also switches off glibc's adaptive thresholds: each large array is then mapped,
+zero-filled page by page and unmapped again, and a worker spent about a third of its CPU time in
+the kernel (default spec build, engine 2: 3,924 s system of 11,137 s CPU).  One slice (OUE
+eps0 6, 701 n x 25 deltas) in such a process: 7.7 s, 3.8 s of it system; with the settings
+below: 3.8 s, 0.2 s system, peak memory unchanged (0.3 GB).  Values are not affected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
+M_MMAP_THRESHOLD = -3
+TRIM_THRESHOLD = 512 * 2**20  # free heap kept by a process before it is given back
+MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit: arrays below come from the heap
+
+
+def keep_freed_memory() -> bool:
+    """Set this process's glibc trim and mmap thresholds (idempotent, microseconds); False where
+    the C library has no ``mallopt`` (not glibc) or refuses the values."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this interpreter is linked to
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
