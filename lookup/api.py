@@ -26,6 +26,7 @@ from lookup.device import chord, locate
 from lookup.table import Table, TableError, open_table
 
 MAX_SLACK = 0.02  # default: table answers estimated more than 2% above the live value are refined
+MAX_SLACK_EPS0 = 0.01  # eps0_max's default: its answers stay within 1% below the engine's eps0_max
 SOURCE = "<U18"  # "table", "certified estimate", "live"
 
 
@@ -114,7 +115,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
 
 
 def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-             max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
+             max_slack: float | None = MAX_SLACK_EPS0, **params: Any) -> Answer:
     """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
     refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
     max_slack = checked_max_slack(max_slack)
@@ -286,11 +287,11 @@ def checked_max_slack(value: Any) -> float | None:
     return float(value)
 
 
-def parse_max_slack(text: str | None) -> float | None:
+def parse_max_slack(text: str | None, kind: str = "eps") -> float | None:
     """``--max-slack`` / ``max_slack=`` text: a number, or ``none`` for table-only answers;
-    absent (None): the default ``MAX_SLACK``."""
+    absent (None): the default of the query ``kind`` (``MAX_SLACK``; ``MAX_SLACK_EPS0`` for eps0_max)."""
     if text is None:
-        return MAX_SLACK
+        return MAX_SLACK_EPS0 if kind == "eps0_max" else MAX_SLACK
     if text.strip().lower() == "none":
         return None
     return parse_number("max_slack", text)

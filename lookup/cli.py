@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 import lookup
-from lookup.api import MAX_SLACK, finite, json_ready, parse_max_slack, parse_number
+from lookup.api import MAX_SLACK, MAX_SLACK_EPS0, finite, json_ready, parse_max_slack, parse_number
 from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
@@ -28,7 +28,7 @@ def query_options(func: Any) -> Any:
         click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead"),
         click.option("--max-slack", type=str, default=None,
                      help=f"refine table answers whose slack estimate is above this with the engine (default "
-                          f"{MAX_SLACK:g}; 'none': table only)"),
+                          f"{MAX_SLACK:g}, {MAX_SLACK_EPS0:g} for eps0-max; 'none': table only)"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
     ]
     for option in reversed(options):
@@ -82,7 +82,7 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
     def run() -> dict[str, Any]:
         arguments = query_arguments(numbers, raw)
         answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,
-                                       max_slack=parse_max_slack(max_slack), **arguments)
+                                       max_slack=parse_max_slack(max_slack, kind), **arguments)
         rounds = arguments.get("rounds")
         return json_ready(kind, answer, int(rounds) if rounds is not None else None)
 

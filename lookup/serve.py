@@ -70,7 +70,7 @@ class Service:
             raise ValueError(f"missing parameter {missing[0]!r}")
         live = _boolean(query.get("live", "true"))
         kwargs = query_arguments({name: query.get(name) for name in required}, query)
-        kwargs["max_slack"] = parse_max_slack(query.get("max_slack"))
+        kwargs["max_slack"] = parse_max_slack(query.get("max_slack"), kind)
         call = getattr(lookup, kind)
         try:  # the table alone: instant, no pool
             result = call(query["mechanism"], table=self.table, live=False, **kwargs)
