@@ -336,12 +336,13 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
         timed = [[_time_task(task(spec, staging, cells)) for cells in picks] for _, picks in strata]
     seconds = [t for times in timed for t in times]
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
+    # (a stratum timed once has no spread to go by: its standard error is taken as its mean)
     seconds_left = sum(count * float(np.mean(times)) for (count, _), times in zip(strata, timed, strict=True) if times)
-    variance = sum(count**2 * float(np.var(times, ddof=1)) / len(times)
-                   for (count, _), times in zip(strata, timed, strict=True) if len(times) > 1)
+    variance = sum(count**2 * (float(np.var(times, ddof=1)) / len(times) if len(times) > 1 else times[0] ** 2)
+                   for (count, _), times in zip(strata, timed, strict=True) if times)
     tasks_left = max(sum(count for count, _ in strata), 1)
     per_curve = seconds_left / tasks_left
-    error = math.sqrt(variance) / tasks_left if len(seconds) > 1 else per_curve
+    error = math.sqrt(variance) / tasks_left
     core_hours = seconds_left / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {

@@ -278,6 +278,10 @@ def test_dry_run_of_a_slice_build_samples_the_slices_with_lower_bounds_apart(tmp
     assert [{c[1] for c in s} for s in lower[1]] in ([{0}], [{4}]) and all(len(s) == 3 for s in lower[1])
     done = {(r, e, j) for r in range(2) for e in (0, 4) for j in range(3)}  # every lower slice finished
     assert [count for count, _ in _slice_strata(spec, done, sample=4, seed=1)] == [12]
+    # one slice timed per stratum: no spread to go by, so each counts its own mean as its standard
+    # error (sqrt(a^2 + b^2) >= (a + b) / sqrt(2)), never a range of zero width
+    figures = dry_run(spec, None, sample=2, cores=1, log=quiet)
+    assert figures["sampled_curves"] == 2 and figures["core_hours_high"] >= 2.4 * figures["core_hours"] > 0
 
 
 def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tmp_path: Path) -> None:
