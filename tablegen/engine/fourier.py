@@ -135,7 +135,8 @@ def _periodised_law(tilted: LatticeLaw, n: int, window: _Window) -> np.ndarray:
     """
     size = window.size
     centre = int(round(tilted.mean()))
-    h = np.bincount(np.arange(tilted.pmf.size) % size, tilted.pmf, minlength=size)
+    points, probs = tilted.support  # the folded law, from the cells that carry mass
+    h = np.bincount((points - tilted.first).astype(np.int64) % size, probs, minlength=size)
     psi = rfft(h)  # sum_k h_k exp(-i theta (k - first))
     log_abs_all = np.log(np.maximum(np.abs(psi), 1e-300))
     # only frequencies with |psi|^n above underflow carry anything: work on those alone

@@ -18,6 +18,7 @@ the window, so the FFT works at full relative precision whatever delta is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.special import logsumexp
@@ -29,40 +30,53 @@ REFINE_LEVELS = 10  # refine_step halves a step at most this many times (1024-fo
 
 @dataclass(frozen=True)
 class AtomLaw:
-    """A finite law: ``points`` with probabilities ``pmf``; moments, mgf and tilting."""
+    """A finite law: ``points`` with probabilities ``pmf``; moments, mgf and tilting.
+
+    A rounded law lives on a lattice that can be millions of cells wide with a handful of
+    atoms on it (a fine step, atoms far apart), so everything but the dense tilted pmf is
+    computed on the cells that carry mass (``support``, found once per law).
+    """
 
     points: np.ndarray
     pmf: np.ndarray
 
+    @cached_property
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """(points, probabilities) of the atoms with positive mass."""
+        keep = np.flatnonzero(self.pmf > 0)
+        return self.points[keep], self.pmf[keep]
+
     def log_mgf(self, lam: np.ndarray | float) -> np.ndarray:
         """log E[e^(lam K)] for an array of lam (log-sum-exp, no overflow)."""
         lam = np.atleast_1d(np.asarray(lam, dtype=float))
-        keep = self.pmf > 0
-        logp = np.log(self.pmf[keep])
-        pts = self.points[keep]
-        return logsumexp(logp[None, :] + lam[:, None] * pts[None, :], axis=1)
+        pts, probs = self.support
+        return logsumexp(np.log(probs)[None, :] + lam[:, None] * pts[None, :], axis=1)
 
     def tilted_pmf(self, lam: float) -> np.ndarray:
         """Probabilities of the Esscher-tilted law h_k e^(lam k) / M(lam)."""
-        logw = np.log(np.where(self.pmf > 0, self.pmf, 1.0)) + lam * self.points
-        logw[self.pmf <= 0] = -np.inf
+        pts, probs = self.support
+        logw = np.log(probs) + lam * pts
         w = np.exp(logw - logw.max())
-        return w / w.sum()
+        out = np.zeros_like(self.pmf)
+        out[self.pmf > 0] = w / w.sum()
+        return out
 
     def tilted(self, lam: float) -> AtomLaw:
         """The Esscher-tilted law."""
         return AtomLaw(self.points, self.tilted_pmf(lam))
 
     def mean(self) -> float:
-        return float(self.points @ self.pmf)
+        pts, probs = self.support
+        return float(pts @ probs)
 
     def variance(self) -> float:
-        d = self.points - self.mean()
-        return float((d * d) @ self.pmf)
+        pts, probs = self.support
+        d = pts - self.mean()
+        return float((d * d) @ probs)
 
     @property
     def last(self) -> float:
-        return float(self.points[self.pmf > 0].max())
+        return float(self.support[0].max())
 
 
 @dataclass(frozen=True)
@@ -130,8 +144,7 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     threshold that delta sees.  Solved on the points that carry mass (a rounded law has at most
     two per atom, however many cells lie between them).
     """
-    keep = law.pmf > 0
-    law = AtomLaw(law.points[keep], law.pmf[keep])
+    law = AtomLaw(*law.support)
     pts = law.points
 
     def tilted_mean(lam: float) -> float:
