@@ -175,7 +175,7 @@ def _rounding_correction(
     users whose atom is off the lattice, M ~ Bin(n, q).  On {M <= m} Hoeffding gives
     E[B | G] <= psi1(|Y|), psi1(u) = int_u^inf e^(-2 t^2 / m) dt (0 when m = 0); on {M > m},
     B <= |N| <= M and E[M 1{M > m}] = n q P(Bin(n-1, q) >= m).  Minimised over a few m and r:
-    every candidate is bounded on blocks of the window first (``_inside_blocks``, itself an
+    every candidate is bounded on blocks of the window first (``_Blocks.inside``, itself an
     upper bound), and only the best of them is summed cell by cell.
     """
     if off_lattice <= 0:
