@@ -1,7 +1,7 @@
 """Benchmark of the lookup: import, open, latency, throughput, HTTP, and slack against live.
 
 Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300] [--inverse 40]
-[--seed S] [--max-slack 0.02] [--slack-only]``; prints Markdown.
+[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only]``; prints Markdown.
 
 1. ``import lookup`` in a fresh process: time and whether any heavy module came with it.
 2. Table open (manifest check + load) in a fresh process.
@@ -16,6 +16,8 @@ Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300
    percentile and max of answer / live - 1, the share of each source, the default route's time
    per query (cold cache), and answers below the live value (must be none beyond 1e-3).
 6. Inverse questions: ``lookup.eps0_max`` and ``lookup.delta`` against the engine.
+7. Lower bounds: the table's (``max_slack=None``) against the engine's live lower bound, and
+   whether each is within the engine's own gap (live upper - live lower) of it.
 """
 
 from __future__ import annotations
@@ -247,6 +249,32 @@ def inverse_against_live(table: str, count: int, seed: int) -> list[str]:
             f"- `lookup.delta` / live certified delta - 1: median {np.median(delta):.2%}, max {max(delta):.2%}"]
 
 
+def lower_against_live(table: str, count: int, seed: int) -> list[str]:
+    """Section 7: the table's lower bound against the live one (``eps_bounds`` with its lower bound)."""
+    import lookup
+    from tablegen.engine import eps_bounds
+
+    t = lookup.open_table(table)
+    rng = np.random.default_rng(seed + 2)
+    ratio, within, stored, above = [], 0, 0, []
+    for family, params, eps0, n, d in _random_queries(t, count, rng, False):
+        mine = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=None, **params).lower)
+        live = eps_bounds(family, eps0=eps0, n=n, delta=d, **params)
+        if not np.isfinite(mine) or live.lower is None:
+            continue
+        stored += 1
+        within += mine >= live.lower - (live.upper - live.lower)
+        ratio.append(mine / live.lower if live.lower > 0 else 1.0)
+        if mine > live.upper:
+            above.append((family, params, eps0, n, d))
+    return ["", f"### 7. Lower bounds, table against live ({count} random queries)", "",
+            f"- queries with a lower bound from the table: {stored}; table lower / live lower: median "
+            f"{np.median(ratio):.3f}, 5th percentile {np.quantile(ratio, 0.05):.3f}, min {min(ratio):.3f}",
+            f"- within the engine's own gap of the live lower bound (table lower >= live lower - (live upper - "
+            f"live lower)): {within} of {stored}",
+            f"- table lower bounds above the live certified upper bound (must be none): {len(above)} {above[:3]}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=str(ROOT / "data" / "default.zarr"))
@@ -254,13 +282,15 @@ def main() -> None:
     parser.add_argument("--inverse", type=int, default=40, help="queries of section 6")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-slack", type=float, default=0.02)
-    parser.add_argument("--slack-only", action="store_true", help="sections 5 and 6 only")
+    parser.add_argument("--lower", type=int, default=40, help="queries of section 7 (0: skip it)")
+    parser.add_argument("--slack-only", action="store_true", help="sections 5 to 7 only")
     args = parser.parse_args()
     out = ["## Lookup benchmark", ""]
     if not args.slack_only:
         out += import_and_open(args.table) + latency(args.table) + http_rate(args.table) + [""]
     out += slack_against_live(args.table, args.queries, args.seed, args.max_slack)
     out += inverse_against_live(args.table, args.inverse, args.seed)
+    out += lower_against_live(args.table, args.lower, args.seed) if args.lower else []
     print("\n".join(out))
 
 
