@@ -41,10 +41,14 @@ class AtomLaw:
     pmf: np.ndarray
 
     @cached_property
+    def cells(self) -> np.ndarray:
+        """Indices of the atoms with positive mass."""
+        return np.flatnonzero(self.pmf > 0)
+
+    @cached_property
     def support(self) -> tuple[np.ndarray, np.ndarray]:
         """(points, probabilities) of the atoms with positive mass."""
-        keep = np.flatnonzero(self.pmf > 0)
-        return self.points[keep], self.pmf[keep]
+        return self.points[self.cells], self.pmf[self.cells]
 
     def log_mgf(self, lam: np.ndarray | float) -> np.ndarray:
         """log E[e^(lam K)] for an array of lam (log-sum-exp, no overflow)."""
@@ -58,7 +62,7 @@ class AtomLaw:
         logw = np.log(probs) + lam * pts
         w = np.exp(logw - logw.max())
         out = np.zeros_like(self.pmf)
-        out[self.pmf > 0] = w / w.sum()
+        out[self.cells] = w / w.sum()
         return out
 
     def tilted(self, lam: float) -> AtomLaw:
