@@ -147,8 +147,12 @@ def test_sigkill_then_resume_gives_the_identical_table(spec_path: Path, tmp_path
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_build_says_so_and_exits_non_zero(spec_path: Path, tmp_path: Path, signum: int) -> None:
-    """On a local dask cluster, where the event loop used to swallow the signal (exit status 0)."""
-    spec_path.write_text(spec_path.read_text().replace("resolution = 4\n", "resolution = 30\n"))
+    """On a local dask cluster, where the event loop used to swallow the signal (exit status 0).
+    Forty curves of about 0.1 s each: the signal, sent once the first curve is kept, must reach the
+    build before it ends even on a loaded machine (with twelve the build once published first)."""
+    n_axis = "n = [50, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600]"
+    spec_path.write_text(spec_path.read_text().replace("resolution = 4\n", "resolution = 30\n")
+                         .replace("n = [50, 200, 800]", n_axis))
     out = tmp_path / "t.zarr"
     command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec_path), "--out", str(out),
                "--workers", "1", "--no-progress"]
@@ -161,8 +165,8 @@ def test_a_stopped_build_says_so_and_exits_non_zero(spec_path: Path, tmp_path: P
     _, err = first.communicate(timeout=60)
     finished = len(store.finished(staging))
     assert first.returncode == 128 + signum, err
-    assert f"build stopped by {signum.name}: {finished} of 12 curves finished" in err
-    assert finished < 12 and not out.exists()
+    assert f"build stopped by {signum.name}: {finished} of 40 curves finished" in err
+    assert finished < 40 and not out.exists()
     assert build(load_spec(spec_path), out, workers=0, progress=False, log=quiet).skipped == finished
 
 
