@@ -1,6 +1,6 @@
 """Estimate, then certify: table answers whose slack estimate exceeds ``max_slack``, refined.
 
-For eps, with the smooth estimate e of ``estimate.py`` and a step s (``STEP`` = 1.98%, or
+For eps, with the smooth estimate e of ``estimate.py`` and a step s (``STEP`` = 0.98%, or
 ``max_slack`` if smaller; for eps0_max ``STEP_EPS0`` = 0.98%): the engine checks
 low = e / sqrt(1 + s) (one evaluation of ``tablegen.engine.certifies``: is the certified delta
 at that eps <= delta?).  If low is NOT
@@ -26,7 +26,7 @@ from typing import Any
 
 from lookup import live
 
-STEP = 0.0198  # bracket of a certified eps estimate: published slack at most 1.98%, below the default 2%
+STEP = 0.0098  # bracket of a certified eps estimate: published slack at most 0.98%
 STEP_EPS0 = 0.0098  # the same for eps0_max: within 1% of the engine's eps0_max
 TIERS = 2  # candidates checked beyond the refused value before the full search (eps0_max: one more)
 CERTIFIED = "certified estimate"
