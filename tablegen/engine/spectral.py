@@ -75,6 +75,11 @@ SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the he
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 SPLIT_GRID = np.linspace(0.0, np.pi, 129)  # theta where the split bound B is tabulated (B(0) = 1)
 HALF_FINER = 1.6  # half-split lattices are finer: every user then carries rounding variance step^2/4
+DENSE_RATIO = 12  # a dense form is built when the support spans <= this many cells per pair
+# cost model (ns, this machine's numpy) for the form of each psi evaluation: the pair form costs
+# PAIR_NS per node and pair; the dense form HORNER_NODE_NS per node and cell plus HORNER_STEP_NS
+# per cell (one numpy pass per degree)
+PAIR_NS, HORNER_NODE_NS, HORNER_STEP_NS = 35.0, 3.0, 4000.0
 
 
 def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
@@ -185,6 +190,7 @@ class _Lattice:
         self.positive = np.max(values, axis=1) > 0
         self.sd_cells = np.maximum(sd / step, 1.0)  # sd of G in lattice cells (>= resolution)
         self._tilt(lam_floor)
+        self._dense_form()
         self._chernoff_table()
         self._split_table(split_points, split_probs)
 
@@ -207,15 +213,99 @@ class _Lattice:
         # error of psi from the tilted weights (exp of lambda x), the phases (cos, sin) and the
         # sum over the lattice points (sequential summation: (points - 1) U sum w, sum w = 1)
         # (and the merged probabilities: the points' sums are exact up to merge_err, relative)
-        # psi is summed in pair form: each term e^(i phi) (a + b e^(i theta)), two phases and a
-        # complex product per term (hence 12, not 8, per unit weight; 4 U per term summed)
+        # in pair form each term is e^(i phi) (a + b e^(i theta)), two phases and a complex
+        # product per term (hence 12, not 8, per unit weight); the sum's own error is added by
+        # _dense_form, which chooses the form
         self.psi_err = (np.sum(w * (np.abs(lam[:, None] * self.points) + 12.0), axis=1) * 2 * U
-                        + 4 * self.pair_base.shape[1] * U + 2 * self.merge_err)
+                        + 2 * self.merge_err)
         with np.errstate(divide="ignore"):
             log_pair = np.log(self.pair_probs) - log_m[:, None, None]
         shift = lam[:, None, None] * (self.pair_base[:, :, None] + np.array([0.0, 1.0]))
         self.pair_weights = np.exp(log_pair + shift)  # (B, Q, 2): tilted weights of y_q and y_q + 1
         self.mgf_err = 4 * U * (np.max(np.abs(lam[:, None] * self.points), axis=1) + 2.0) + 2 * self.merge_err
+
+    def _dense_form(self) -> None:
+        """The form psi is summed in, and that sum's error added to ``psi_err``.
+
+        Pair form: Q terms per node, each with its own phase (a cosine and a sine); the sum
+        adds 4 Q U.  Dense form (``dense``, for the rows ``dense_rows`` whose support spans
+        D + 1 <= DENSE_RATIO Q cells and whose error bound below is within the pair form's, so
+        ``psi_err`` and the values stay those of the pair form; laws with many atoms, e.g.
+        Laplace; ``dense_for`` chooses per evaluation): with c the centre and z = e^(i theta),
+        psi(theta) = P(z) + conj(z) M(conj(z)), P(z) = sum_{d >= 0} w_(c+d) z^d and
+        M(y) = sum_{d >= 1} w_(c-d) y^(d-1), each by Horner's rule from its top degree (one
+        complex multiply-add per cell, no phases).  The computed z~ has |z~ - z| <= 9.4 U
+        (theta = 2 pi k / K carries 2.35 U theta <= 7.4 U, cos and sin 1 ulp each).  Horner's
+        step at degree d errs by at most (sqrt 5 (1 + 9.4 U) + 1) U |acc| <= 3.25 U (sum of the
+        weights at degrees >= d), as the weights are >= 0: 3.25 U (sum_x w_x |x - c| + S) over
+        the steps (S = sum w); |z~^d - z^d| <= 9.4 U d (1 + 9.4 U)^d adds 9.4 U sum_x w_x |x - c|;
+        the last product and sum 3.3 U S.  In all at most U (13 sum_x w_x |x - c| + 7 S), about
+        10 sd(G) / step U.
+        ``dense`` is (P, M): arrays (D+ + 1, B) and (D-, B), row d holding the weights of
+        every law row at degree d."""
+        rel = self.points - self.centre[:, None]
+        live = self.weights > 0
+        above = np.max(np.where(live, rel, 0.0), axis=1)
+        below = np.max(np.where(live, -rel, 0.0), axis=1)
+        total = np.sum(self.weights, axis=1) * (1 + 1e-9)
+        pair_err = 4 * self.pair_base.shape[1] * U * total
+        self.psi_err = self.psi_err + pair_err
+        spread = np.sum(self.weights * np.abs(rel), axis=1) * (1 + 1e-9)
+        self.dense_rows = ((above + below + 1 <= DENSE_RATIO * self.pair_base.shape[1])
+                           & (U * (13 * spread + 7 * total) <= pair_err))
+        self.dense = None
+        if not self.dense_rows.any():
+            return
+        live &= self.dense_rows[:, None]
+        above, below = int(np.max(above[self.dense_rows])), int(np.max(below[self.dense_rows]))
+        law_row = np.broadcast_to(np.arange(rel.shape[0])[:, None], rel.shape)
+        up, down = live & (rel >= 0), live & (rel < 0)
+        forward, backward = np.zeros((above + 1, rel.shape[0])), np.zeros((below, rel.shape[0]))
+        forward[rel[up].astype(np.int64), law_row[up]] = self.weights[up]
+        backward[(-rel[down]).astype(np.int64) - 1, law_row[down]] = self.weights[down]
+        self.dense = (forward, backward)
+
+    def dense_for(self, nodes: int) -> bool:
+        """Whether ``nodes`` evaluations of psi are cheaper in the dense form (cost model above)."""
+        if self.dense is None:
+            return False
+        cells = sum(t.shape[0] for t in self.dense)
+        return cells * (HORNER_NODE_NS * nodes + HORNER_STEP_NS) < PAIR_NS * nodes * self.pair_base.shape[1]
+
+    def horner(self, rows: np.ndarray, cos_t: np.ndarray, sin_t: np.ndarray) -> np.ndarray:
+        """psi_row(theta) in the dense form (see _dense_form), z = cos_t + i sin_t, law rows ``rows``."""
+        one_row = rows.size > 0 and bool(np.all(rows == rows[0]))
+        out = []
+        for table, z in zip(self.dense, (cos_t + 1j * sin_t, cos_t - 1j * sin_t), strict=True):
+            acc = np.zeros(rows.size, dtype=complex)
+            for w in table[::-1]:
+                np.multiply(acc, z, out=acc)
+                acc += w[rows[0]] if one_row else w[rows]
+            out.append(acc)
+        return out[0] + (cos_t - 1j * sin_t) * out[1]
+
+    def dense_nodes(self, rows: np.ndarray) -> np.ndarray:
+        """Which of these evaluations (law rows ``rows``) to sum in the dense form."""
+        if self.dense_for(rows.size):
+            return self.dense_rows[rows]
+        return np.zeros(rows.size, dtype=bool)
+
+    def _abs_psi(self, rows: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """|psi_row(theta)| for law rows ``rows`` (within ``psi_err`` plus the pair form's phase
+        error 16 U (|x - centre| + 1), which ``far_cells`` adds)."""
+        out = np.empty(rows.size)
+        dense = self.dense_nodes(rows)
+        if dense.any():
+            out[dense] = np.abs(self.horner(rows[dense], np.cos(theta[dense]), np.sin(theta[dense])))
+        if not dense.all():
+            out[~dense] = self._pair_abs_psi(rows[~dense], theta[~dense])
+        return out
+
+    def _pair_abs_psi(self, rows: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        pair = self.pair_weights[rows]
+        coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * theta)[:, None]
+        rel = self.pair_base[rows] - self.centre[rows, None]
+        return np.abs(np.einsum("cj,cj->c", coef, np.exp(1j * theta[:, None] * rel)))
 
     def _chernoff_table(self) -> None:
         """log E_lambda[e^(mu (K - mean))] on a grid of mu > 0 and mu < 0, per eps."""
@@ -274,7 +364,6 @@ class _Lattice:
         rel = self.points[rows] - self.centre[rows, None]
         lipschitz = np.sum(self.weights[rows] * np.abs(rel), axis=1)
         slack = self.psi_err[rows] + 16 * U * (np.max(np.abs(rel), axis=1) + 1)
-        pair_rel = self.pair_base[rows] - self.centre[rows, None]
         # rows whose split bound at theta1 already leaves [theta1, pi] out for every n: one cell
         whole = self.log_split[rows, np.searchsorted(SPLIT_GRID, theta1, side="right") - 1]
         quick = np.exp(whole) <= t_low
@@ -285,9 +374,7 @@ class _Lattice:
         start = theta1[owner] + width * np.tile(np.arange(FAR_GRID), owner.size // FAR_GRID)
         for level in range(FAR_LEVELS + 1):
             mid = start + width / 2
-            pair = self.pair_weights[rows[owner]]
-            coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * mid)[:, None]
-            psi = np.abs(np.einsum("cj,cj->c", coef, np.exp(1j * mid[:, None] * pair_rel[owner])))
+            psi = self._abs_psi(rows[owner], mid)
             split_bound = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
             bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split_bound)
             split = ((bound > t_low[owner]) & (psi + slack[owner] < t_high[owner])
@@ -419,20 +506,11 @@ class _Plan:
         # per-pair quantities first, then spread over that pair's nodes
         pr = self.row[idx]
         period_p = self.period[idx]
-        # phases from exact integers: (k x) mod K in int64 (a window's k can be anywhere up to K / 2)
-        rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
         period = period_p[row]
         periodf = period.astype(float)
-        phase = (2 * np.pi / periodf)[:, None] * ((k[:, None] * rel_p[row]) % period[:, None])
         theta = 2 * np.pi * k / periodf
         sin_t, cos_t = np.sin(theta), np.cos(theta)
-        # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
-        pair = law.pair_weights[pr][row]
-        coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
-        coef_im = pair[:, :, 1] * sin_t[:, None]
-        cos_p, sin_p = np.cos(phase), np.sin(phase)
-        re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
-        im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
+        re, im = self._psi(pr, period_p, row, k, cos_t, sin_t)
         n_p = self.n[idx]
         n = n_p.astype(float)[row]
         abs_psi = np.maximum(np.hypot(re, im), 1e-300)
@@ -454,6 +532,37 @@ class _Plan:
         term_abs = size * np.abs(ghat)
         fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
         return value, fp + self._dropped(idx)
+
+    def _psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
+             sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """psi (real, imaginary) at the nodes theta = 2 pi k / K of pairs ``row`` (law rows
+        ``pr``, periods ``period_p``), in the law's form (``_Lattice._dense_form``).  Pair form:
+        phases from exact integers, (k x) mod K in int64 (k can be anywhere up to K / 2)."""
+        re, im = np.empty(row.size), np.empty(row.size)
+        dense = self.law.dense_nodes(pr[row])
+        if dense.any():
+            psi = self.law.horner(pr[row[dense]], cos_t[dense], sin_t[dense])
+            re[dense], im[dense] = psi.real, psi.imag
+        if not dense.all():
+            pair = ~dense
+            re[pair], im[pair] = self._pair_psi(pr, period_p, row[pair], k[pair], cos_t[pair], sin_t[pair])
+        return re, im
+
+    def _pair_psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
+                  sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        law = self.law
+        period = period_p[row]
+        scale = 2 * np.pi / period.astype(float)
+        # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
+        rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
+        phase = scale[:, None] * ((k[:, None] * rel_p[row]) % period[:, None])
+        pair = law.pair_weights[pr][row]
+        coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
+        coef_im = pair[:, :, 1] * sin_t[:, None]
+        cos_p, sin_p = np.cos(phase), np.sin(phase)
+        re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
+        im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
+        return re, im
 
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""

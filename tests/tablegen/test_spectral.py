@@ -174,3 +174,42 @@ def test_lower_slice_steps_over_declines_at_a_coarse_resolution():
             assert np.nanmax(proofs) > delta, (n, delta, lower[i, j], proofs)
     live = eps_bounds("krr", eps0=1.0, n=3162, delta=1e-8, k=10)
     assert live.lower * 0.99 <= lower[0, 0] <= live.upper
+
+
+def _laplace_lattice() -> spectral_path._Lattice:
+    d = _decomposition("laplace", {}, 4.0)
+    eps = np.array([0.05, 0.2, 0.8])
+    return spectral_path._Lattice(d, eps, 10.0, True, np.full(eps.size, 10.0**6))
+
+
+def test_dense_form_of_psi_within_its_error_bound():
+    """Horner's rule from the centre (the dense form, Laplace's many atoms) against psi summed
+    in extended precision, at random theta: within psi_err (fails on a shifted or reversed
+    coefficient table, or a missing conj(z) factor)."""
+    law = _laplace_lattice()
+    eligible = np.flatnonzero(law.dense_rows)
+    assert eligible.size >= 2
+    theta = np.random.default_rng(5).uniform(0.0, np.pi, 400)
+    rows = np.resize(eligible, theta.size)
+    got = law.horner(rows, np.cos(theta), np.sin(theta))
+    x = (law.points[rows] - law.centre[rows, None]).astype(np.longdouble)
+    angle = theta.astype(np.longdouble)[:, None] * x
+    w = law.weights[rows].astype(np.longdouble)
+    exact = np.sum(w * np.cos(angle), axis=1) + 1j * np.sum(w * np.sin(angle), axis=1)
+    assert np.all(np.abs(got - exact.astype(complex)) <= law.psi_err[rows])
+    assert np.max(np.abs(got - exact.astype(complex))) > 0  # compared, not trivially equal
+
+
+def test_dense_and_pair_forms_give_the_same_bound(monkeypatch):
+    """Both forms sum the same psi within the same psi_err: the certified delta agrees to
+    floating point (the form only changes the cost)."""
+    d = _decomposition("laplace", {}, 4.0)
+    eps, n = np.array([0.5, 1.0, 2.0]), np.array([100, 1000, 10**4])
+    horner, used = spectral_path._Lattice.horner, []
+    monkeypatch.setattr(spectral_path._Lattice, "horner", lambda self, *a: used.append(1) or horner(self, *a))
+    dense = delta_upper(d, eps, n, 10.0)
+    assert used  # the dense form answered
+    monkeypatch.setattr(spectral_path._Lattice, "dense_for", lambda self, nodes: False)
+    pair = delta_upper(d, eps, n, 10.0)
+    assert np.all(np.isfinite(dense))
+    np.testing.assert_allclose(dense, pair, rtol=1e-9)
