@@ -192,7 +192,7 @@ class _Lattice:
         self._tilt(lam_floor)
         self._dense_form()
         self._chernoff_table()
-        self._split_table(split_points, split_probs)
+        self._split_table()
 
     def _tilt(self, lam_floor: np.ndarray | None) -> None:
         """Saddlepoint lambda (tilted mean = -ratio), raised to ``lam_floor`` where given, and
@@ -257,10 +257,13 @@ class _Lattice:
         if not self.dense_rows.any():
             return
         live &= self.dense_rows[:, None]
-        above, below = int(np.max(above[self.dense_rows])), int(np.max(below[self.dense_rows]))
+        # top degree of P and of M per row (-1: none), over the dense rows
+        self.dense_top = (np.where(self.dense_rows, above, -1).astype(np.int64),
+                          np.where(self.dense_rows, below - 1, -1).astype(np.int64))
         law_row = np.broadcast_to(np.arange(rel.shape[0])[:, None], rel.shape)
         up, down = live & (rel >= 0), live & (rel < 0)
-        forward, backward = np.zeros((above + 1, rel.shape[0])), np.zeros((below, rel.shape[0]))
+        forward = np.zeros((int(self.dense_top[0].max()) + 1, rel.shape[0]))
+        backward = np.zeros((int(self.dense_top[1].max()) + 1, rel.shape[0]))
         forward[rel[up].astype(np.int64), law_row[up]] = self.weights[up]
         backward[(-rel[down]).astype(np.int64) - 1, law_row[down]] = self.weights[down]
         self.dense = (forward, backward)
@@ -273,16 +276,31 @@ class _Lattice:
         return cells * (HORNER_NODE_NS * nodes + HORNER_STEP_NS) < PAIR_NS * nodes * self.pair_base.shape[1]
 
     def horner(self, rows: np.ndarray, cos_t: np.ndarray, sin_t: np.ndarray) -> np.ndarray:
-        """psi_row(theta) in the dense form (see _dense_form), z = cos_t + i sin_t, law rows ``rows``."""
-        one_row = rows.size > 0 and bool(np.all(rows == rows[0]))
-        out = []
-        for table, z in zip(self.dense, (cos_t + 1j * sin_t, cos_t - 1j * sin_t), strict=True):
-            acc = np.zeros(rows.size, dtype=complex)
-            for w in table[::-1]:
-                np.multiply(acc, z, out=acc)
-                acc += w[rows[0]] if one_row else w[rows]
-            out.append(acc)
-        return out[0] + (cos_t - 1j * sin_t) * out[1]
+        """psi_row(theta) in the dense form (see _dense_form), z = cos_t + i sin_t, law rows
+        ``rows``.  The evaluations are laid out one law row per line, lines ordered by top
+        degree (highest first), so that each Horner step runs on the prefix of lines still
+        live, with one coefficient per line (no gather per node, no steps above a row's degree)."""
+        groups, group = np.unique(rows, return_inverse=True)
+        group = group.ravel()
+        count = np.bincount(group, minlength=groups.size)
+        pos = np.empty(rows.size, dtype=np.int64)
+        pos[np.argsort(group, kind="stable")] = _ramp(count)
+        z = cos_t + 1j * sin_t
+        psi = np.zeros(rows.size, dtype=complex)
+        for table, top, power in zip(self.dense, self.dense_top, (z, np.conj(z)), strict=True):
+            rank = np.argsort(-top[groups], kind="stable")  # line -> group
+            line = np.empty(groups.size, dtype=np.int64)
+            line[rank] = np.arange(groups.size)
+            tops = top[groups[rank]]
+            grid = np.zeros((groups.size, int(count.max())), dtype=complex)
+            grid[line[group], pos] = power
+            acc = np.zeros_like(grid)
+            for d in range(int(tops[0]), -1, -1):
+                live = int(np.count_nonzero(tops >= d))
+                np.multiply(acc[:live], grid[:live], out=acc[:live])
+                acc[:live] += table[d, groups[rank[:live]]][:, None]
+            psi += acc[line[group], pos] * (1.0 if power is z else np.conj(z))
+        return psi
 
     def dense_nodes(self, rows: np.ndarray) -> np.ndarray:
         """Which of these evaluations (law rows ``rows``) to sum in the dense form."""
@@ -329,15 +347,16 @@ class _Lattice:
         width = np.min((n[:, None] * log_mgf[row] + TAIL_LOG) / self.mu[row], axis=1)
         return np.minimum(width, reach[row] * n) + 1.0
 
-    def _split_table(self, split_points: np.ndarray, split_probs: np.ndarray) -> None:
+    def _split_table(self) -> None:
         """theta1, where the Taylor bound |psi|^2 <= 1 - 0.8 v theta^2 holds (step 4), and log B on
-        a grid of theta (``SPLIT_GRID``), per eps.  B(theta) = sum_j |w_j0 + w_j1 e^(i theta)| >=
-        |psi(theta)| groups the two cells of each rounded atom (unmerged, tilted weights w_j0,
-        w_j1) and is non-increasing on [0, pi], so B at a grid point bounds |psi| beyond it."""
+        a grid of theta (``SPLIT_GRID``), per eps.  B(theta) = sum_q |w_q0 + w_q1 e^(i theta)| >=
+        |psi(theta)| groups the two cells y_q, y_q + 1 of the rounded atoms with lower cell y_q
+        (the pair form's tilted weights; grouping further only lowers the sum, by the triangle
+        inequality) and is non-increasing on [0, pi] (|a + b e^(i theta)|^2 = a^2 + b^2 + 2 a b
+        cos theta with a, b >= 0), so B at a grid point bounds |psi| beyond it."""
         v = self.var * (1 - 1e-9)
         self.theta1 = np.minimum(np.sqrt(2.4 * v / (self.mu4 * (1 + 1e-9) + 3 * v * v)), np.pi)
-        w = np.exp(tilted_log_weights(split_points, split_probs, self.lam)[0])
-        w0, w1 = np.split(w, 2, axis=1)
+        w0, w1 = self.pair_weights[:, :, 0], self.pair_weights[:, :, 1]
         s = np.sin(SPLIT_GRID / 2)[None, :, None] ** 2
         inner = ((w0 + w1) ** 2)[:, None, :] - 4 * (w0 * w1)[:, None, :] * s
         bound = np.sum(np.sqrt(np.maximum(inner, 0.0)), axis=2) + self.psi_err[:, None]

@@ -213,3 +213,21 @@ def test_dense_and_pair_forms_give_the_same_bound(monkeypatch):
     pair = delta_upper(d, eps, n, 10.0)
     assert np.all(np.isfinite(dense))
     np.testing.assert_allclose(dense, pair, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name,params,eps0", [("laplace", {}, 4.0), ("krr", {"k": 10}, 2.0)])
+def test_split_bound_covers_psi_beyond_each_grid_point(name, params, eps0):
+    """B at a grid theta bounds |psi| at every theta beyond it up to the next grid point (B is
+    summed over the pair form's cells; psi here in extended precision at random theta)."""
+    d = _decomposition(name, params, eps0)
+    eps = np.array([0.05, 0.3]) * eps0
+    law = spectral_path._Lattice(d, eps, 10.0, True, np.full(eps.size, 10.0**6))
+    theta = np.random.default_rng(6).uniform(0.0, np.pi, 500)
+    below = np.searchsorted(spectral_path.SPLIT_GRID, theta, side="right") - 1
+    for row in range(eps.size):
+        x = (law.points[row] - law.centre[row]).astype(np.longdouble)
+        w = law.weights[row].astype(np.longdouble)
+        angle = theta.astype(np.longdouble)[:, None] * x
+        exact = np.hypot(np.sum(w * np.cos(angle), axis=1), np.sum(w * np.sin(angle), axis=1))
+        assert np.all(np.exp(law.log_split[row, below]) >= exact.astype(float))
+        assert np.all(np.diff(law.log_split[row]) <= 0)
