@@ -295,10 +295,13 @@ class _Lattice:
             grid = np.zeros((groups.size, int(count.max())), dtype=complex)
             grid[line[group], pos] = power
             acc = np.zeros_like(grid)
-            for d in range(int(tops[0]), -1, -1):
-                live = int(np.count_nonzero(tops >= d))
-                np.multiply(acc[:live], grid[:live], out=acc[:live])
-                acc[:live] += table[d, groups[rank[:live]]][:, None]
+            degrees = np.arange(int(tops[0]), -1, -1)
+            lines = np.searchsorted(-tops, -degrees, side="right")  # lines with top >= d
+            coef = table[: degrees.size, groups[rank]][:, :, None]
+            for d, live in zip(degrees.tolist(), lines.tolist(), strict=True):
+                a = acc[:live]
+                np.multiply(a, grid[:live], out=a)
+                a += coef[d, :live]
             psi += acc[line[group], pos] * (1.0 if power is z else np.conj(z))
         return psi
 
