@@ -75,7 +75,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     source = q.live(live, outside, lambda i: live_engine.eps(q.mechanism, q.point(i), q.params), value, lower)
     todo = q.loose(live, max_slack, source, slack)
     if todo.size:
-        from lookup.estimate import eps_estimate
+        from lookup.estimate import eps_estimate, lower_ratio
 
         inside = todo[~edge[todo]]  # off the grid's ranges: no estimate, the engine's search
         guess = np.full(q.size, np.nan)
@@ -83,6 +83,9 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         for i in todo:
             value[i], slack[i], source[i] = refine.eps(q.mechanism, q.point(i), q.params, value[i], slack[i],
                                                        guess[i], min(max_slack, refine.STEP))
+            ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
+                q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
+            lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
 
 

@@ -14,6 +14,8 @@ interpolant of the whole axis.  Pure numpy, vectorised over queries.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from lookup.rules import Rows
@@ -26,6 +28,26 @@ BISECTIONS = 24  # eps0_estimate: bracket narrowed 2^24-fold (to ~1e-7 in log ep
 def eps_estimate(table: Table, rows: Rows, eps0: np.ndarray, n: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """Estimated eps at each query (clamped to the grid's ranges), capped at eps0."""
     return np.minimum(np.exp(along_eps0(table, log_eps_curve(table, rows, n, delta), eps0)), eps0)
+
+
+def lower_ratio(table: Table, row: int, eps0: float, n: float, delta: float) -> float:
+    """Estimated ratio of the engine's lower bound to its certified eps at a query: the table's
+    lower / upper at the nearest grid point where lower bounds were computed (spec setting
+    ``lower_every``; in log eps0, log n and log delta), capped at 1; NaN where the table has none."""
+    every = json.loads(table.attrs.get("certification", "{}")).get("lower_every")
+    if not every:
+        return float("nan")
+    e = _nearest_multiple(table.eps0, eps0, every[0])
+    j = _nearest_multiple(table.n, n, every[1])
+    d = int(np.argmin(np.abs(np.log(table.delta / delta))))
+    upper = float(table.upper[row, e, j, d])
+    return min(float(table.lower[row, e, j, d]) / upper, 1.0) if upper > 0 else float("nan")
+
+
+def _nearest_multiple(axis: np.ndarray, x: float, every: int) -> int:
+    """Index of the axis point nearest x in log among the indices that are multiples of ``every``."""
+    candidates = np.arange(0, axis.size, every)
+    return int(candidates[np.argmin(np.abs(np.log(axis[candidates] / x)))])
 
 
 def eps0_estimate(table: Table, rows: Rows, n: np.ndarray, eps: np.ndarray, delta: np.ndarray, low: np.ndarray,

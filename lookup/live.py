@@ -49,13 +49,25 @@ def eps_upper(mechanism: str, point: dict[str, float], params: dict[str, Any]) -
 def certifies(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> bool:
     """Whether ``point["eps"]`` is certified at ``point["delta"]`` (one engine evaluation,
     ``tablegen.engine.certifies``): the certified delta at that eps is <= delta."""
+    return _verdict("certifies", mechanism, point, params)
+
+
+def proves_above(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> bool:
+    """Whether the exact eps at ``point["delta"]`` is proved above ``point["eps"]`` (one spectral
+    lower-bound evaluation, ``tablegen.engine.proves_above``)."""
+    return _verdict("proves_above", mechanism, point, params)
+
+
+def _verdict(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any]) -> bool:
+    """The engine's yes/no ``tablegen.engine.<kind>`` at (eps0, n, eps, delta), cached."""
     def compute() -> list[float]:
-        from tablegen.engine import certifies as engine_certifies
+        from tablegen import engine
 
-        return [float(engine_certifies(mechanism, eps0=point["eps0"], n=int(point["n"]), eps=point["eps"],
-                                       delta=point["delta"], **params))]
+        check = getattr(engine, kind)
+        return [float(check(mechanism, eps0=point["eps0"], n=int(point["n"]), eps=point["eps"],
+                            delta=point["delta"], **params))]
 
-    return _cached("certifies", mechanism, point, params, compute)[0] == 1.0
+    return _cached(kind, mechanism, point, params, compute)[0] == 1.0
 
 
 def delta(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> tuple[float, float]:

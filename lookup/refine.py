@@ -28,6 +28,7 @@ from lookup import live
 
 STEP = 0.0098  # bracket of a certified eps estimate: published slack at most 0.98%
 STEP_EPS0 = 0.0098  # the same for eps0_max: within 1% of the engine's eps0_max
+LOWER_STEP = 0.02  # a refined answer's lower bound is tried at value / (1 + LOWER_STEP)
 TIERS = 2  # candidates checked beyond the refused value before the full search (eps0_max: one more)
 CERTIFIED = "certified estimate"
 Refined = tuple[float, float, str]
@@ -56,6 +57,24 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: 
             raise
         return table, slack, "table"
     return (found, 0.0, "live") if found < table else (table, 0.0, "table")
+
+
+def lower_eps(mechanism: str, point: dict[str, float], params: dict[str, Any], value: float, lower: float,
+              ratio: float) -> float:
+    """A lower bound on the exact eps at ``point`` near the engine's own: ratio * value /
+    (1 + LOWER_STEP), ``ratio`` the estimated ratio of the engine's lower bound to its certified
+    eps (``estimate.lower_ratio``; 1 where unknown), where one evaluation of the engine's
+    spectral lower path proves the exact eps above it (``live.proves_above``: delta_lower >
+    delta there), else ``lower`` (the table's).  The candidate is only a candidate: what is
+    published is what the engine proved."""
+    candidate = (ratio if 0 < ratio <= 1 else 1.0) * value / (1 + LOWER_STEP)
+    if not math.isfinite(candidate) or candidate <= 0 or candidate <= lower:
+        return lower
+    try:
+        proved = live.proves_above(mechanism, {**point, "eps": candidate}, params)
+    except ValueError:
+        return lower
+    return candidate if proved else lower
 
 
 def delta(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float) -> Refined:

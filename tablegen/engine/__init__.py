@@ -7,6 +7,7 @@ from tablegen.engine.accountant import (
     delta_curve,
     eps0_max,
     eps_bounds,
+    proves_above,
 )
 
-__all__ = ["Bounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max"]
+__all__ = ["Bounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max", "proves_above"]

@@ -151,13 +151,14 @@ class Query:
             return None
         return float(self.delta_lower_many(np.array([eps]))[0])
 
-    def delta_lower_many(self, eps: np.ndarray) -> np.ndarray:
+    def delta_lower_many(self, eps: np.ndarray, fft: bool = True) -> np.ndarray:
         """Lower bound on delta at each eps: the largest over the lower-bound pairs, each on the
         spectral path (``lower.py``) where it answers, else on the FFT path.  Declined
         evaluations go to the FFT path pair by pair, the pair with the largest Chernoff upper
         bound first, and a pair's evaluation is skipped where that bound cannot reach the largest
         lower bound found so far (it cannot change the maximum; any subset of the pairs still
-        gives a lower bound)."""
+        gives a lower bound).  ``fft=False``: declined evaluations count as 0 (a lower bound too;
+        milliseconds, never the FFT's seconds)."""
         eps = np.asarray(eps, dtype=float)
         fast = self.spectral and self.n > 1
         small = [fast and d.c.size <= SPECTRAL_COMPONENTS for d in self.lower]
@@ -172,7 +173,7 @@ class Query:
                 reach[-1][declined] = spectral_lower.chernoff_upper(d, eps[declined], self.n)
         for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i], initial=-np.inf))):
             out = values[i]
-            out[np.isnan(out) & (reach[i] < best)] = 0.0  # cannot be the largest
+            out[np.isnan(out) & ((reach[i] < best) | (not fft))] = 0.0  # cannot be the largest, or no FFT
             _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))
             best = np.maximum(best, out)
         return np.max(values, axis=0)
@@ -225,6 +226,19 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
     """
     delta = validate.open_unit("delta", delta)
     return bool(delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta)
+
+
+def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, delta: float,
+                 **params: Any) -> bool:
+    """Whether the exact eps(delta) is proved above ``eps``: delta_lower(eps) > delta (the exact
+    delta at eps exceeds delta, and delta is non-increasing in eps), by one evaluation on the
+    spectral lower path (declined pairs count as 0: milliseconds).  The lower-bound mirror of
+    ``certifies``: a True answer makes eps a lower bound on the exact eps; False proves nothing.
+    """
+    q = Query(mechanism, eps0, n, params)
+    delta = validate.open_unit("delta", delta)
+    eps = validate.nonnegative_finite("eps", eps)
+    return bool(q.lower) and bool(q.delta_lower_many(np.array([eps]), fft=False)[0] > delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,

@@ -55,6 +55,8 @@ def test_refined_eps_is_certified_and_never_above_the_table(table_path: Path, me
     assert table.source == "table" and a.source in SOURCES
     assert a.value <= table.value
     assert exact_delta(*law(mechanism, eps0, a.value), n) <= delta * (1 + 1e-9)
+    if mechanism == "krr" and np.isfinite(a.lower) and a.lower > 0:  # the lower bound, proved or the table's
+        assert max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, a.lower, 3)) > delta
     if a.source == "certified estimate":
         assert a.slack <= refine.STEP * (1 + 1e-9) and a.value < table.value
     if a.source == "table":
@@ -240,3 +242,28 @@ def test_eps0_max_default_refines_table_answers_above_one_percent() -> None:
     a = lookup.eps0_max("olh", **query)
     assert a.source != "table" and a.value > table.value and a.slack <= 0.01, a
     assert certifies("olh", eps0=float(a.value), n=query["n"], eps=query["eps"], delta=query["delta"])
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-8])
+def test_refined_lower_bound_is_proved_and_close(delta: float) -> None:
+    """refine.lower_eps publishes ratio * value / (1 + LOWER_STEP) only when the engine proves it:
+    the exact delta of a k-RR lower-bound pair there exceeds delta (enumeration, n = 1000), and
+    it sits within about 2% of the certified value (k-RR's pairs are tight)."""
+    from tablegen.engine import eps_bounds
+
+    eps0, n, k = 1.0, 1000, 3
+    value = eps_bounds("krr", eps0=eps0, n=n, delta=delta, lower=False, k=k).upper
+    point = {"eps0": eps0, "n": n, "delta": delta}
+    lower = refine.lower_eps("krr", point, {"k": k}, value, float("nan"), float("nan"))
+    assert value / (1 + refine.LOWER_STEP) == lower
+    assert max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, lower, k)) > delta
+    assert refine.lower_eps("krr", point, {"k": k}, value, 0.5 * value, 0.999) == pytest.approx(0.999 * lower)
+
+
+def test_refined_lower_bound_keeps_the_table_value_when_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried = []
+    monkeypatch.setattr(lookup.live, "proves_above", lambda m, point, p: tried.append(point["eps"]) or False)
+    point = {"eps0": 2.0, "n": 10**6, "delta": 1e-8}
+    assert refine.lower_eps("generic", point, {}, 0.05, 0.02, 0.7) == 0.02
+    assert tried == [pytest.approx(0.7 * 0.05 / (1 + refine.LOWER_STEP))]
+    assert refine.lower_eps("generic", point, {}, 0.05, 0.04, 0.7) == 0.04 and len(tried) == 1  # no gain: not tried

@@ -34,7 +34,7 @@ from shuffle_reference import (
     worst_divergence,
 )
 
-from tablegen.engine import delta_bounds
+from tablegen.engine import delta_bounds, proves_above
 
 EPS_FRACTIONS = (0.1, 0.3, 0.6)  # eps as a fraction of eps0
 ABS = 1e-15  # absolute slack allowed above an exact value (the engine adds ~1e-16 of rounding slack)
@@ -326,3 +326,15 @@ def test_generic_approx_dp_adds_theorem_3_8_term():
     extra = (math.exp(eps) + 1) * (1 + math.exp(-eps0 / 2)) * n * delta0
     assert approx == pytest.approx(pure + extra, rel=1e-9)
     assert approx >= exact_delta(*clone_law(eps0, eps), n) + extra
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_proves_above_only_what_the_exact_lower_pairs_confirm(k):
+    """proves_above(eps, delta) claims the exact eps(delta) > eps, i.e. some lower-bound pair's
+    exact delta at eps exceeds delta (enumeration): never at a delta just above the largest of
+    them, and (spectral lower path, n = 1000) at 90% of it."""
+    eps0, n = 1.0, 1000
+    for eps in eps0 * np.array([0.02, 0.05, 0.1]):
+        exact = max(exact_delta(*law, n) for law in krr_lower_laws(eps0, eps, k))
+        assert not proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * (1 + 1e-6), k=k)
+        assert proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * 0.9, k=k)
