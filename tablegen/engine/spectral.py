@@ -71,6 +71,7 @@ FAR_SPLIT = 16
 FAR_LEVELS = 3
 FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
 FAR_ROWS = 64
+GROUP_PHASE_ERR = 5 * FAR_GRID * U  # the phase recurrence of _Lattice._pair_abs_psi (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 SPLIT_GRID = np.linspace(0.0, np.pi, 129)  # theta where the split bound B is tabulated (B(0) = 1)
@@ -311,22 +312,34 @@ class _Lattice:
             return self.dense_rows[rows]
         return np.zeros(rows.size, dtype=bool)
 
-    def _abs_psi(self, rows: np.ndarray, theta: np.ndarray) -> np.ndarray:
-        """|psi_row(theta)| for law rows ``rows`` (within ``psi_err`` plus the pair form's phase
-        error 16 U (|x - centre| + 1), which ``far_cells`` adds)."""
+    def _abs_psi(self, rows: np.ndarray, theta: np.ndarray, width: np.ndarray, group: int) -> np.ndarray:
+        """|psi_row(theta)| at cell midpoints that come in groups of ``group`` consecutive cells of
+        one row and one ``width`` (within ``psi_err`` plus the phase errors ``far_cells`` adds)."""
         out = np.empty(rows.size)
-        dense = self.dense_nodes(rows)
+        dense = self.dense_nodes(rows)  # per row: whole groups
         if dense.any():
             out[dense] = np.abs(self.horner(rows[dense], np.cos(theta[dense]), np.sin(theta[dense])))
         if not dense.all():
-            out[~dense] = self._pair_abs_psi(rows[~dense], theta[~dense])
+            out[~dense] = self._pair_abs_psi(rows[~dense], theta[~dense], width[~dense], group)
         return out
 
-    def _pair_abs_psi(self, rows: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    def _pair_abs_psi(self, rows: np.ndarray, theta: np.ndarray, width: np.ndarray, group: int) -> np.ndarray:
+        """Pair form; the phases e^(i theta (y_q - c)) of a group's cells by the recurrence
+        e^(i (theta + width) y) = e^(i theta y) e^(i width y) from the group's first cell (one
+        complex product per cell and pair instead of an exponential).  The j-th cell's phase
+        carries the first exponential's error (U |theta y| for its argument, 2 U for cosine and
+        sine) and j times the step's (U |width y| + 2 U) and a product's (sqrt 5 U): in all
+        U |theta_j y| (<= pi U |y|, inside 16 U (|y| + 1)) plus 2 U + (group - 1) 4.3 U <=
+        GROUP_PHASE_ERR per unit weight."""
         pair = self.pair_weights[rows]
         coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * theta)[:, None]
         rel = self.pair_base[rows] - self.centre[rows, None]
-        return np.abs(np.einsum("cj,cj->c", coef, np.exp(1j * theta[:, None] * rel)))
+        first = slice(None, None, group)
+        steps = np.empty((rows.size // group, group, rel.shape[1]), dtype=complex)
+        steps[:, 0] = np.exp(1j * theta[first, None] * rel[first])
+        steps[:, 1:] = np.exp(1j * width[first, None] * rel[first])[:, None, :]
+        phases = np.cumprod(steps, axis=1).reshape(rel.shape)
+        return np.abs(np.einsum("cj,cj->c", coef, phases))
 
     def _chernoff_table(self) -> None:
         """log E_lambda[e^(mu (K - mean))] on a grid of mu > 0 and mu < 0, per eps."""
@@ -385,7 +398,9 @@ class _Lattice:
         theta1 = self.theta1[rows]
         rel = self.points[rows] - self.centre[rows, None]
         lipschitz = np.sum(self.weights[rows] * np.abs(rel), axis=1)
-        slack = self.psi_err[rows] + 16 * U * (np.max(np.abs(rel), axis=1) + 1)
+        # psi's error, the phases' (16 U (|x - c| + 1)) and the phase recurrence's along a group of
+        # cells (GROUP_PHASE_ERR, ``_pair_abs_psi``)
+        slack = self.psi_err[rows] + 16 * U * (np.max(np.abs(rel), axis=1) + 1) + GROUP_PHASE_ERR
         # rows whose split bound at theta1 already leaves [theta1, pi] out for every n: one cell
         whole = self.log_split[rows, np.searchsorted(SPLIT_GRID, theta1, side="right") - 1]
         quick = np.exp(whole) <= t_low
@@ -396,7 +411,7 @@ class _Lattice:
         start = theta1[owner] + width * np.tile(np.arange(FAR_GRID), owner.size // FAR_GRID)
         for level in range(FAR_LEVELS + 1):
             mid = start + width / 2
-            psi = self._abs_psi(rows[owner], mid)
+            psi = self._abs_psi(rows[owner], mid, width, FAR_GRID if level == 0 else FAR_SPLIT)
             split_bound = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
             bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split_bound)
             split = ((bound > t_low[owner]) & (psi + slack[owner] < t_high[owner])

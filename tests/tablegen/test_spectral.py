@@ -231,3 +231,26 @@ def test_split_bound_covers_psi_beyond_each_grid_point(name, params, eps0):
         exact = np.hypot(np.sum(w * np.cos(angle), axis=1), np.sum(w * np.sin(angle), axis=1))
         assert np.all(np.exp(law.log_split[row, below]) >= exact.astype(float))
         assert np.all(np.diff(law.log_split[row]) <= 0)
+
+
+@pytest.mark.parametrize("name,params,eps0", [("laplace", {}, 8.0), ("krr", {"k": 10}, 8.0)])
+def test_grouped_phases_of_far_cells_within_their_error(name, params, eps0):
+    """|psi| at a group of equally spaced cell midpoints, phases by recurrence (far_cells), against
+    psi in extended precision: within psi_err + 16 U (|x - c| + 1) + GROUP_PHASE_ERR (fails if the
+    recurrence steps by the wrong width or starts from the wrong cell)."""
+    d = _decomposition(name, params, eps0)
+    law = spectral_path._Lattice(d, np.array([0.2, 2.0]), 10.0, True, np.full(2, 10.0**6))
+    group, u = spectral_path.FAR_GRID, 2.0**-53
+    rows = np.repeat([0, 1, 0], group)
+    width = np.repeat([0.02, 0.015, 0.001], group)
+    theta = np.repeat([0.1, 0.5, 2.9], group) + width * (np.tile(np.arange(group), 3) + 0.5)
+    got = law._pair_abs_psi(rows, theta, width, group)
+    w = law.pair_weights[rows].astype(np.longdouble)
+    rel = (law.pair_base[rows] - law.centre[rows, None]).astype(np.longdouble)
+    angle = theta.astype(np.longdouble)[:, None] * rel
+    shift = theta.astype(np.longdouble)[:, None]
+    re = np.sum(w[:, :, 0] * np.cos(angle) + w[:, :, 1] * np.cos(angle + shift), axis=1)
+    im = np.sum(w[:, :, 0] * np.sin(angle) + w[:, :, 1] * np.sin(angle + shift), axis=1)
+    exact = np.hypot(re, im).astype(float)
+    allowed = law.psi_err[rows] + 16 * u * (np.max(np.abs(law.points[rows] - law.centre[rows, None]), axis=1) + 1)
+    assert np.all(np.abs(got - exact) <= allowed + spectral_path.GROUP_PHASE_ERR)
