@@ -82,7 +82,8 @@ def queries(ns: list[int], delta: float = 1e-8) -> None:
 
 
 SLICE_ROWS = [("krr", {"k": 2}, 1.0), ("krr", {"k": 10}, 1.0), ("krr", {"k": 1024}, 0.5), ("generic", {}, 1.0),
-              ("rappor", {}, 2.0), ("oue", {}, 1.0), ("hr", {}, 4.0), ("laplace", {}, 1.0)]
+              ("rappor", {}, 2.0), ("oue", {}, 1.0), ("hr", {}, 4.0), ("laplace", {}, 1.0), ("laplace", {}, 4.0),
+              ("laplace", {}, 8.0)]
 
 
 def slices(per_decade: int, count: int, resolution: float) -> None:

@@ -74,7 +74,10 @@ FAR_ROWS = 64
 GROUP_PHASE_ERR = 5 * FAR_GRID * U  # the phase recurrence of _Lattice._pair_abs_psi (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
-SPLIT_GRID = np.linspace(0.0, np.pi, 129)  # theta where the split bound B is tabulated (B(0) = 1)
+# theta where the split bound B is tabulated (B(0) = 1); it only decides which far cells are
+# refined and summed (cost; values only through the e^-40 bound on dropped nodes): 65 points
+# gave the same slices as 129, Laplace's 8% faster
+SPLIT_GRID = np.linspace(0.0, np.pi, 65)
 HALF_FINER = 1.6  # half-split lattices are finer: every user then carries rounding variance step^2/4
 DENSE_RATIO = 12  # a dense form is built when the support spans <= this many cells per pair
 # cost model (ns, this machine's numpy) for the form of each psi evaluation: the pair form costs
