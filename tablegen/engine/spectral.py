@@ -291,7 +291,8 @@ class _Lattice:
         pos[np.argsort(group, kind="stable")] = _ramp(count)
         z = cos_t + 1j * sin_t
         psi = np.zeros(rows.size, dtype=complex)
-        for table, top, power in zip(self.dense, self.dense_top, (z, np.conj(z)), strict=True):
+        for table, top, power, factor in zip(self.dense, self.dense_top, (z, np.conj(z)), (1.0, np.conj(z)),
+                                             strict=True):  # P(z), then conj(z) M(conj(z))
             rank = np.argsort(-top[groups], kind="stable")  # line -> group
             line = np.empty(groups.size, dtype=np.int64)
             line[rank] = np.arange(groups.size)
@@ -306,7 +307,7 @@ class _Lattice:
                 a = acc[:live]
                 np.multiply(a, grid[:live], out=a)
                 a += coef[d, :live]
-            psi += acc[line[group], pos] * (1.0 if power is z else np.conj(z))
+            psi += acc[line[group], pos] * factor
         return psi
 
     def dense_nodes(self, rows: np.ndarray) -> np.ndarray:
