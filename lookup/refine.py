@@ -16,7 +16,9 @@ above, the larger certified eps0 kept); delta needs no estimate: the engine's ce
 itself one evaluation.
 
 Each function takes one query and the table's certified answer and returns (value, slack,
-source).  Engine results and verdicts are cached by ``live.py``.
+source); ``lower_eps`` then tries to prove a lower bound near the answer (one evaluation of the
+engine's spectral lower path) in place of the table's.  Engine results and verdicts are cached
+by ``live.py``.
 """
 
 from __future__ import annotations
