@@ -151,32 +151,45 @@ class Query:
             return None
         return float(self.delta_lower_many(np.array([eps]))[0])
 
-    def delta_lower_many(self, eps: np.ndarray, fft: bool = True) -> np.ndarray:
+    def delta_lower_many(self, eps: np.ndarray) -> np.ndarray:
         """Lower bound on delta at each eps: the largest over the lower-bound pairs, each on the
-        spectral path (``lower.py``) where it answers, else on the FFT path.  Declined
-        evaluations go to the FFT path pair by pair, the pair with the largest Chernoff upper
-        bound first, and a pair's evaluation is skipped where that bound cannot reach the largest
-        lower bound found so far (it cannot change the maximum; any subset of the pairs still
-        gives a lower bound).  ``fft=False``: declined evaluations count as 0 (a lower bound too;
-        milliseconds, never the FFT's seconds)."""
+        spectral path (``lower.py``) where it answers, else on the FFT path (``_with_fft``)."""
         eps = np.asarray(eps, dtype=float)
+        return self._with_fft(eps, *self._spectral_lower(eps))
+
+    def delta_lower_spectral(self, eps: np.ndarray) -> np.ndarray:
+        """Lower bound on delta at each eps from the spectral path alone, declined pairs counted
+        as 0 (a lower bound too: milliseconds, never the FFT's seconds)."""
+        return self._spectral_lower(np.asarray(eps, dtype=float))[2]
+
+    def _with_fft(self, eps: np.ndarray, values: list[np.ndarray], reach: list[np.ndarray],
+                  best: np.ndarray) -> np.ndarray:
+        """The largest lower bound over the pairs, their declined evaluations on the FFT path
+        pair by pair, the pair with the largest Chernoff upper bound first, a pair's evaluation
+        skipped where that bound cannot reach the largest lower bound found so far (it cannot
+        change the maximum; any subset of the pairs still gives a lower bound)."""
+        for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i], initial=-np.inf))):
+            out = values[i]
+            out[np.isnan(out) & (reach[i] < best)] = 0.0  # cannot be the largest
+            _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))
+            best = np.maximum(best, out)
+        return np.max(values, axis=0)
+
+    def _spectral_lower(self, eps: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """Per lower-bound pair, its spectral lower bound at each eps (NaN where declined) and a
+        Chernoff upper bound where it declined (-inf where it answered, inf where no bound), and
+        the largest answered value."""
         fast = self.spectral and self.n > 1
         small = [fast and d.c.size <= SPECTRAL_COMPONENTS for d in self.lower]
         values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n)) if ok else np.full(eps.shape, np.nan)
                   for d, ok in zip(self.lower, small, strict=True)]
-        best = np.max(np.nan_to_num(values, nan=0.0), axis=0)
-        reach = []  # a Chernoff upper bound where a pair declined (inf: no bound, never skipped)
+        reach = []
         for d, ok, out in zip(self.lower, small, values, strict=True):
             declined = np.isnan(out)
             reach.append(np.full(eps.shape, -np.inf if ok else np.inf))
             if ok and declined.any():
                 reach[-1][declined] = spectral_lower.chernoff_upper(d, eps[declined], self.n)
-        for i in sorted(range(len(values)), key=lambda i: -float(np.max(reach[i], initial=-np.inf))):
-            out = values[i]
-            out[np.isnan(out) & ((reach[i] < best) | (not fft))] = 0.0  # cannot be the largest, or no FFT
-            _fft_where_declined(out, eps, lambda e, i=i: self.delta_of_lower_pair(i, e))
-            best = np.maximum(best, out)
-        return np.max(values, axis=0)
+        return values, reach, np.max(np.nan_to_num(values, nan=0.0), axis=0)
 
     def delta_of_lower_pair(self, index: int, eps: float) -> float:
         return delta_of_decomposition(self.lower[index], eps, self.n, False, self.lower_resolution)
@@ -238,7 +251,7 @@ def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     q = Query(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
     eps = validate.nonnegative_finite("eps", eps)
-    return bool(q.lower) and bool(q.delta_lower_many(np.array([eps]), fft=False)[0] > delta)
+    return bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]))[0] > delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
@@ -370,7 +383,7 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
     points = eps_upper * (1 - np.array([1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3]))
     for _ in range(60):
         points = np.unique(np.clip(points, floor, b))
-        values = q.delta_lower_many(points)
+        values = _lower_round(q, points, delta)
         above = ~(values <= delta)
         if above.any():
             i = int(np.flatnonzero(above).max())
@@ -390,6 +403,27 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
             break
         points = _refine(a, da, b, db, delta, rtol)
     return a
+
+
+def _lower_round(q: Query, points: np.ndarray, delta: float) -> np.ndarray:
+    """Lower bounds on delta at the sorted ``points`` for one round of ``_eps_lower``: the spectral
+    lower path at every point (vectorised), then the FFT where a pair declined and could raise
+    the value, one point at a time by bisection over the points not yet above delta: a point
+    proved above makes the smaller ones useless (the search keeps the largest proved point) and
+    one that is not narrows the search below it.  About log2 of the points' FFT evaluations
+    instead of all of them; every value is a lower bound at its point."""
+    values, reach, best = q._spectral_lower(points)
+    pending = np.any([np.isnan(v) & (r >= best) for v, r in zip(values, reach, strict=True)], axis=0)
+    out = best.copy()
+    proved = np.flatnonzero(out > delta)
+    lo, hi = (int(proved.max()) if proved.size else -1), points.size  # lo proved, hi not (or past the end)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pending[mid]:
+            one = slice(mid, mid + 1)
+            out[mid] = q._with_fft(points[one], [v[one].copy() for v in values], [r[one] for r in reach], best[one])[0]
+        lo, hi = (mid, hi) if out[mid] > delta else (lo, mid)
+    return out
 
 
 def trivial_eps0(q: Query, delta: float) -> float:
