@@ -134,13 +134,16 @@ def _gauss_piece(kappa: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
     return np.sqrt(np.pi) / (2 * root) * diff * (1 + 1e-9) + 1e-300
 
 
-def _min_one_minus_cos(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """min of 1 - cos y over [lo, hi] (0 <= lo <= hi), minus a floating-point margin: 0 where the
-    interval holds a multiple of 2 pi, else the smaller end value (1 - cos is unimodal between
-    consecutive multiples)."""
+def _min_one_minus_cos(y: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per cell [y[first], y[first + 1]] (rows of ``y``: cell edges, 0 <= y ascending within a
+    cell), min of 1 - cos over it, minus a floating-point margin: 0 where the cell holds a
+    multiple of 2 pi, else the smaller end value (1 - cos is unimodal between consecutive
+    multiples).  Cosines and turns are taken once per edge (neighbouring cells share it)."""
     period = 2 * np.pi
-    holds = (np.floor(hi / period) > np.floor(lo / period)) | (np.mod(lo, period) == 0)
-    ends = np.minimum(1 - np.cos(lo), 1 - np.cos(hi)) - 8 * U * (hi + 1)
+    one_minus, turns = 1 - np.cos(y), np.floor(y / period)
+    lo, hi = first, first + 1
+    holds = (turns[hi] > turns[lo]) | (np.mod(y[lo], period) == 0)
+    ends = np.minimum(one_minus[lo], one_minus[hi]) - 8 * U * (y[hi] + 1)
     return np.where(holds, 0.0, np.maximum(ends, 0.0))
 
 
@@ -150,20 +153,23 @@ def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarra
     theta1 = atoms.theta1[rows]
     # [0, theta1]: Taylor, |psi|^n <= e^(-0.4 n v t^2)
     core = _gauss_piece(a + 0.4 * n * atoms.var[rows], np.zeros_like(a), theta1)
-    # beyond: cells of [theta1, far], |psi|^2 <= 1 - sum_pairs 2 w_a w_b min_cell (1 - cos t d_ab)
+    # beyond: cells of [theta1, far], |psi|^2 <= 1 - sum_pairs 2 w_a w_b min_cell (1 - cos t d_ab);
+    # the cells share their edges (an exact tiling), the tail starts at the last edge or before
     far = np.maximum(np.sqrt(2 * TAIL_LOG / a), theta1)
     dist, weight = atoms.pairs[0][rows], atoms.pairs[1][rows]
     cells = np.clip(np.ceil((far - theta1) * dist.max(axis=1) / CELL_PHASE), 1, MAX_CELLS).astype(np.int64)
+    width = (far - theta1) / cells
+    edge_owner = np.repeat(np.arange(rows.size), cells + 1)
+    start = np.cumsum(cells + 1) - (cells + 1)  # index of each row's first edge
+    edges = theta1[edge_owner] + (np.arange(edge_owner.size) - start[edge_owner]) * width[edge_owner]
     owner = np.repeat(np.arange(rows.size), cells)
-    j = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells)
-    width = (far - theta1)[owner] / cells[owner]
-    lo = theta1[owner] + j * width
-    hi = lo + width
-    drop = np.sum(weight[owner] * _min_one_minus_cos(lo[:, None] * dist[owner], hi[:, None] * dist[owner]), axis=1)
+    first = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells) + start[owner]
+    y = edges[:, None] * dist[edge_owner]
+    drop = np.sum(weight[owner] * _min_one_minus_cos(y, first), axis=1)
     with np.errstate(divide="ignore"):
         log_psi = 0.5 * n[owner] * np.log(np.maximum(1 - drop * (1 - 1e-9), 0.0))
-    middle = np.bincount(owner, np.exp(log_psi) * _gauss_piece(a[owner], lo, hi), rows.size)
-    tail = _gauss_piece(a, far, np.full_like(a, np.inf))
+    middle = np.bincount(owner, np.exp(log_psi) * _gauss_piece(a[owner], edges[first], edges[first + 1]), rows.size)
+    tail = _gauss_piece(a, np.minimum(far, edges[start + cells]), np.full_like(a, np.inf))
     return 2.0 * (core + middle + tail)
 
 

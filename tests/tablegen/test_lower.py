@@ -11,7 +11,7 @@ from shuffle_reference import exact_delta, krr_lower_laws
 from tablegen.decomposition import Decomposition
 from tablegen.engine import eps_bounds
 from tablegen.engine.accountant import Query, delta_of_decomposition
-from tablegen.engine.lower import delta_lower
+from tablegen.engine.lower import _min_one_minus_cos, delta_lower
 from tablegen.engine.spectral import delta_upper
 
 
@@ -108,3 +108,18 @@ def test_delta_lower_of_query_falls_back_to_fft_where_declined():
     eps = 0.4
     expected = max(delta_of_decomposition(d, eps, 30, False, q.lower_resolution) for d in q.lower)
     assert q.delta_lower(eps) == expected
+
+
+def test_min_of_one_minus_cos_over_cells_sharing_edges():
+    """Per cell [y_j, y_j+1] of a row of shared edges: the minimum of 1 - cos, against a fine
+    sampling of each cell (0 where the cell holds a multiple of 2 pi); never above it."""
+    rng = np.random.default_rng(4)
+    edges = np.sort(rng.uniform(0.0, 60.0, (41, 3)), axis=0)  # 40 cells, 3 pairs (columns)
+    first = np.arange(40)
+    got = _min_one_minus_cos(edges, first)
+    for j in first:
+        t = np.linspace(0.0, 1.0, 20001)[:, None]
+        sampled = np.min(1 - np.cos(edges[j] + t * (edges[j + 1] - edges[j])), axis=0)
+        step = (edges[j + 1] - edges[j]) / 20000
+        assert np.all(got[j] <= sampled + 1e-12)
+        assert np.all(got[j] >= sampled - step**2 - 1e-9)
