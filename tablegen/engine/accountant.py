@@ -162,6 +162,27 @@ class Query:
         as 0 (a lower bound too: milliseconds, never the FFT's seconds)."""
         return self._spectral_lower(np.asarray(eps, dtype=float))[2]
 
+    def delta_lower_round(self, points: np.ndarray, delta: float) -> np.ndarray:
+        """Lower bounds on delta at the sorted ``points`` for one round of ``_eps_lower``: the
+        spectral lower path at every point (vectorised), then the FFT where a pair declined and
+        could raise the value, one point at a time by bisection over the points not yet above
+        delta: a point proved above makes the smaller ones useless (the search keeps the largest
+        proved point) and one that is not narrows the search below it.  About log2 of the
+        points' FFT evaluations instead of all of them; every value is a lower bound at its point."""
+        values, reach, best = self._spectral_lower(points)
+        pending = np.any([np.isnan(v) & (r >= best) for v, r in zip(values, reach, strict=True)], axis=0)
+        out = best.copy()
+        proved = np.flatnonzero(out > delta)
+        lo, hi = (int(proved.max()) if proved.size else -1), points.size  # lo proved, hi not (or past the end)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if pending[mid]:
+                one = slice(mid, mid + 1)
+                out[mid] = self._with_fft(points[one], [v[one].copy() for v in values], [r[one] for r in reach],
+                                          best[one])[0]
+            lo, hi = (mid, hi) if out[mid] > delta else (lo, mid)
+        return out
+
     def _with_fft(self, eps: np.ndarray, values: list[np.ndarray], reach: list[np.ndarray],
                   best: np.ndarray) -> np.ndarray:
         """The largest lower bound over the pairs, their declined evaluations on the FFT path
@@ -383,7 +404,7 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
     points = eps_upper * (1 - np.array([1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3]))
     for _ in range(60):
         points = np.unique(np.clip(points, floor, b))
-        values = _lower_round(q, points, delta)
+        values = q.delta_lower_round(points, delta)
         above = ~(values <= delta)
         if above.any():
             i = int(np.flatnonzero(above).max())
@@ -403,27 +424,6 @@ def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:
             break
         points = _refine(a, da, b, db, delta, rtol)
     return a
-
-
-def _lower_round(q: Query, points: np.ndarray, delta: float) -> np.ndarray:
-    """Lower bounds on delta at the sorted ``points`` for one round of ``_eps_lower``: the spectral
-    lower path at every point (vectorised), then the FFT where a pair declined and could raise
-    the value, one point at a time by bisection over the points not yet above delta: a point
-    proved above makes the smaller ones useless (the search keeps the largest proved point) and
-    one that is not narrows the search below it.  About log2 of the points' FFT evaluations
-    instead of all of them; every value is a lower bound at its point."""
-    values, reach, best = q._spectral_lower(points)
-    pending = np.any([np.isnan(v) & (r >= best) for v, r in zip(values, reach, strict=True)], axis=0)
-    out = best.copy()
-    proved = np.flatnonzero(out > delta)
-    lo, hi = (int(proved.max()) if proved.size else -1), points.size  # lo proved, hi not (or past the end)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pending[mid]:
-            one = slice(mid, mid + 1)
-            out[mid] = q._with_fft(points[one], [v[one].copy() for v in values], [r[one] for r in reach], best[one])[0]
-        lo, hi = (mid, hi) if out[mid] > delta else (lo, mid)
-    return out
 
 
 def trivial_eps0(q: Query, delta: float) -> float:

@@ -161,9 +161,9 @@ def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarra
     width = (far - theta1) / cells
     edge_owner = np.repeat(np.arange(rows.size), cells + 1)
     start = np.cumsum(cells + 1) - (cells + 1)  # index of each row's first edge
-    edges = theta1[edge_owner] + (np.arange(edge_owner.size) - start[edge_owner]) * width[edge_owner]
+    edges = theta1[edge_owner] + spectral.ramp(cells + 1) * width[edge_owner]
     owner = np.repeat(np.arange(rows.size), cells)
-    first = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells) + start[owner]
+    first = start[owner] + spectral.ramp(cells)  # each cell's first edge
     y = edges[:, None] * dist[edge_owner]
     drop = np.sum(weight[owner] * _min_one_minus_cos(y, first), axis=1)
     with np.errstate(divide="ignore"):

@@ -288,7 +288,7 @@ class _Lattice:
         group = group.ravel()
         count = np.bincount(group, minlength=groups.size)
         pos = np.empty(rows.size, dtype=np.int64)
-        pos[np.argsort(group, kind="stable")] = _ramp(count)
+        pos[np.argsort(group, kind="stable")] = ramp(count)
         z = cos_t + 1j * sin_t
         psi = np.zeros(rows.size, dtype=complex)
         for table, top, power, factor in zip(self.dense, self.dense_top, (z, np.conj(z)), (1.0, np.conj(z)),
@@ -483,7 +483,7 @@ class _Plan:
             first = np.searchsorted(owner, np.arange(chunk.size))
             count = np.bincount(owner, minlength=chunk.size)
             # every (pair, cell of its row)
-            cells = np.repeat(first[local], count[local]) + _ramp(count[local])
+            cells = np.repeat(first[local], count[local]) + ramp(count[local])
             owner_pair = np.repeat(mine, count[local])
             log_psi_n = n[owner_pair] * log_bound[cells]
             live = log_psi_n > -TAIL_LOG
@@ -540,10 +540,10 @@ class _Plan:
         law = self.law
         pair, lo, hi = self.ranges
         first, last = np.searchsorted(pair, idx), np.searchsorted(pair, idx, side="right")
-        ranges = np.repeat(first, last - first) + _ramp(last - first)
+        ranges = np.repeat(first, last - first) + ramp(last - first)
         length = hi[ranges] - lo[ranges] + 1
         row = np.repeat(np.repeat(np.arange(idx.size), last - first), length)
-        k = np.repeat(lo[ranges], length) + _ramp(length)
+        k = np.repeat(lo[ranges], length) + ramp(length)
         # per-pair quantities first, then spread over that pair's nodes
         pr = self.row[idx]
         period_p = self.period[idx]
@@ -637,7 +637,7 @@ def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np
     return merged_x, merged_p, (most - 1) * U
 
 
-def _ramp(counts: np.ndarray) -> np.ndarray:
+def ramp(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., c - 1 for each c of ``counts``, concatenated."""
     total = np.arange(int(np.sum(counts)))
     return total - np.repeat(np.cumsum(counts) - counts, counts)
