@@ -71,7 +71,7 @@ FAR_SPLIT = 16
 FAR_LEVELS = 3
 FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
 FAR_ROWS = 64
-GROUP_PHASE_ERR = 5 * FAR_GRID * U  # the phase recurrence of _Lattice._pair_abs_psi (per unit weight)
+GROUP_PHASE_ERR = 5 * FAR_SPLIT * U  # the phase recurrence of _Lattice._pair_abs_psi over a group (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 # theta where the split bound B is tabulated (B(0) = 1); it only decides which far cells are
@@ -410,17 +410,30 @@ class _Lattice:
         quick = np.exp(whole) <= t_low
         done: list[tuple[np.ndarray, ...]] = [(np.flatnonzero(quick), theta1[quick], np.pi - theta1[quick],
                                                np.exp(whole[quick]))]
-        owner = np.repeat(np.flatnonzero(~quick), FAR_GRID)
-        width = np.repeat((np.pi - theta1[~quick]) / FAR_GRID, FAR_GRID)
-        start = theta1[owner] + width * np.tile(np.arange(FAR_GRID), owner.size // FAR_GRID)
-        for level in range(FAR_LEVELS + 1):
+        # B is non-increasing: from the first grid point beyond theta1 where it is <= t_low on,
+        # every node is left out for every n of the row (one cell, bounded by B there); the cells
+        # where |psi| is evaluated tile [theta1, that point], as wide as FAR_GRID cells over
+        # [theta1, pi] would be, in groups of FAR_SPLIT
+        rest = np.flatnonzero(~quick)
+        log_b = self.log_split[rows[rest]]
+        beyond = (SPLIT_GRID > theta1[rest, None]) & (np.exp(log_b) <= t_low[rest, None])
+        cut = np.argmax(beyond, axis=1)
+        tail = beyond[np.arange(rest.size), cut]
+        done.append((rest[tail], SPLIT_GRID[cut[tail]], np.pi - SPLIT_GRID[cut[tail]], np.exp(log_b[tail, cut[tail]])))
+        end = np.where(tail, SPLIT_GRID[cut], np.pi)
+        share = (end - theta1[rest]) / (np.pi - theta1[rest])
+        count = FAR_SPLIT * np.ceil(FAR_GRID / FAR_SPLIT * share).astype(np.int64)
+        owner = np.repeat(rest, count)
+        width = np.repeat((end - theta1[rest]) / count, count)
+        start = theta1[owner] + width * ramp(count)
+        for _ in range(FAR_LEVELS + 1):
             mid = start + width / 2
-            psi = self._abs_psi(rows[owner], mid, width, FAR_GRID if level == 0 else FAR_SPLIT)
+            psi = self._abs_psi(rows[owner], mid, width, FAR_SPLIT)
             split_bound = np.exp(self.log_split[rows[owner], np.searchsorted(SPLIT_GRID, start, side="right") - 1])
             bound = np.minimum(psi + lipschitz[owner] * (width / 2 + 1e-12) + slack[owner], split_bound)
             split = ((bound > t_low[owner]) & (psi + slack[owner] < t_high[owner])
                      & (width * k_high[owner] > 4 * np.pi))
-            if level == FAR_LEVELS or split.sum() * FAR_SPLIT > FAR_CELLS:
+            if _ == FAR_LEVELS or split.sum() * FAR_SPLIT > FAR_CELLS:
                 split[:] = False
             done.append((owner[~split], start[~split], width[~split], bound[~split]))
             if not split.any():
@@ -592,15 +605,12 @@ class _Plan:
     def _pair_psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
                   sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         law = self.law
-        period = period_p[row]
-        scale = 2 * np.pi / period.astype(float)
         # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
         rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
-        phase = scale[:, None] * ((k[:, None] * rel_p[row]) % period[:, None])
+        cos_p, sin_p = _unit_phases((k[:, None] * rel_p[row]) % period_p[row, None], row, period_p)
         pair = law.pair_weights[pr][row]
         coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
         coef_im = pair[:, :, 1] * sin_t[:, None]
-        cos_p, sin_p = np.cos(phase), np.sin(phase)
         re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
         im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
         return re, im
@@ -612,6 +622,27 @@ class _Plan:
         x = np.exp(-lam * period)
         c2 = (1 + x) / ((1 - x) * -np.expm1(-2 * lam))
         return np.exp(self.sup_log[idx] - lam * a0) * (a0 * np.sqrt(c2) + c2)
+
+
+def _unit_phases(index: np.ndarray, row: np.ndarray, period_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of scale * index, scale = 2 pi / K of each entry's pair (``row``; ``index``
+    (nodes, terms) integers in [0, K)).  Where a pair needs more phases than K (the lattice-
+    anchored laws sum every node), they are read from a table of its K values, computed by the
+    same float operations (the same numbers, one cosine and sine per residue instead of one per
+    node and term: numpy's float64 cos and sin cost ~15 ns, a read ~2 ns)."""
+    scale = 2 * np.pi / period_p.astype(float)
+    tabled = 2 * period_p < np.bincount(row, minlength=period_p.size) * index.shape[1]
+    use = tabled[row]
+    cos_p, sin_p = np.empty(index.shape), np.empty(index.shape)
+    if use.any():
+        sizes = np.where(tabled, period_p, 0)
+        angle = np.repeat(scale, sizes) * ramp(sizes)
+        at = (np.cumsum(sizes) - sizes)[row[use], None] + index[use]
+        cos_p[use], sin_p[use] = np.cos(angle)[at], np.sin(angle)[at]
+    if not use.all():
+        phase = scale[row[~use], None] * index[~use]
+        cos_p[~use], sin_p[~use] = np.cos(phase), np.sin(phase)
+    return cos_p, sin_p
 
 
 def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -240,7 +240,7 @@ def test_grouped_phases_of_far_cells_within_their_error(name, params, eps0):
     recurrence steps by the wrong width or starts from the wrong cell)."""
     d = _decomposition(name, params, eps0)
     law = spectral_path._Lattice(d, np.array([0.2, 2.0]), 10.0, True, np.full(2, 10.0**6))
-    group, u = spectral_path.FAR_GRID, 2.0**-53
+    group, u = spectral_path.FAR_SPLIT, 2.0**-53
     rows = np.repeat([0, 1, 0], group)
     width = np.repeat([0.02, 0.015, 0.001], group)
     theta = np.repeat([0.1, 0.5, 2.9], group) + width * (np.tile(np.arange(group), 3) + 0.5)
