@@ -21,7 +21,8 @@ inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities
    safe for an upper bound).  Ghat has a closed form: with s0 the first s where s + c > 0,
    a0 = s0 + c in (0, 1], z = e^(-lambda - i theta),
        Ghat(theta) = e^(-lambda a0 - i theta s0) (a0 + (1 - a0) z) / (1 - z)^2.
-   K is sized by Chernoff bounds so that aliasing is negligible (it is never subtracted).
+   K is sized by Chernoff bounds (at e^-ALIAS_LOG) so that aliasing is negligible (it is never
+   subtracted).
 4. Only the nodes where |psi|^n can matter are summed: those near 0, and windows around the
    near-returns of |psi| (peaks at multiples of 2 pi / gap between atoms, which decide the cost
    at n <= 1e5).  The rest is bounded by sup_{left out} |psi|^n (1/K) sum_k |Ghat_k|, with
@@ -61,6 +62,10 @@ U = 2.0**-53
 TINY = float(np.nextafter(0.0, 1.0))
 FP_SAFETY = 8.0
 TAIL_LOG = 40.0  # Chernoff tails, aliasing and dropped nodes sized to e^-40 of the main term
+# the period K of the upper bound is sized to e^-20: aliasing only adds (any K certifies), here at
+# most ~1e-6 of the main term, and K (with it the nodes near 0 and in every window) is ~30%
+# smaller than at e^-40; the lower bound subtracts its aliasing and keeps TAIL_LOG
+ALIAS_LOG = 20.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
@@ -138,7 +143,7 @@ def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
     ``plan.batches()`` and ``plan.parseval``)."""
-    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES)
+    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES, TAIL_LOG)
 
 
 def _most_users(row: np.ndarray, n: np.ndarray, rows: int) -> np.ndarray:
@@ -360,11 +365,11 @@ class _Lattice:
             reach = np.max(np.where(self.weights > 0, sign * dev, 0.0), axis=1)
             self.chernoff.append((log_mgf, reach))
 
-    def chernoff_width(self, row: np.ndarray, n: np.ndarray, side: int) -> np.ndarray:
-        """a with P_lambda(+-(S' - n mean) >= a) <= e^-TAIL_LOG: min over the mu grid of
-        (n Lambda_c(mu) + L)/mu, capped by the support (any mu is valid: a coarse grid is safe)."""
+    def chernoff_width(self, row: np.ndarray, n: np.ndarray, side: int, tail: float = TAIL_LOG) -> np.ndarray:
+        """a with P_lambda(+-(S' - n mean) >= a) <= e^-tail: min over the mu grid of
+        (n Lambda_c(mu) + tail)/mu, capped by the support (any mu is valid: a coarse grid is safe)."""
         log_mgf, reach = self.chernoff[side]
-        width = np.min((n[:, None] * log_mgf[row] + TAIL_LOG) / self.mu[row], axis=1)
+        width = np.min((n[:, None] * log_mgf[row] + tail) / self.mu[row], axis=1)
         return np.minimum(width, reach[row] * n) + 1.0
 
     def _split_table(self) -> None:
@@ -449,7 +454,8 @@ class _Lattice:
 class _Plan:
     """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""
 
-    def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int) -> None:
+    def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int,
+                 alias_log: float = ALIAS_LOG) -> None:
         self.law, self.row, self.n, self.max_nodes = law, row, n, max_nodes
         nf = n.astype(float)
         lam = law.lam[row]
@@ -457,8 +463,8 @@ class _Plan:
         self.first, self.a0 = _first_positive(self.int_part, self.frac)
         self.log_scale = nf * law.log_mgf[row] + lam * (self.int_part + self.frac)
         self.log_err = nf * law.mgf_err[row] + 4 * U * np.abs(lam * (self.int_part + self.frac)) + 1e-12
-        size = np.maximum(law.chernoff_width(row, nf, 0), TAIL_LOG / np.maximum(lam, 1e-300))
-        size = size + law.chernoff_width(row, nf, 1) + 2.0
+        size = np.maximum(law.chernoff_width(row, nf, 0, alias_log), alias_log / np.maximum(lam, 1e-300))
+        size = size + law.chernoff_width(row, nf, 1, alias_log) + 2.0
         self.period = np.ceil(np.minimum(size, 2.0**52)).astype(np.int64)
         self.ranges, self.sup_log = self._windows(nf)
         self.nodes = np.bincount(self.ranges[0], self.ranges[2] - self.ranges[1] + 1, n.size).astype(np.int64)
