@@ -168,9 +168,12 @@ class Query:
         could raise the value, one point at a time by bisection over the points not yet above
         delta: a point proved above makes the smaller ones useless (the search keeps the largest
         proved point) and one that is not narrows the search below it.  About log2 of the
-        points' FFT evaluations instead of all of them; every value is a lower bound at its point."""
+        points' FFT evaluations instead of all of them, and none where no declined pair's Chernoff
+        bound exceeds delta (the FFT could not prove the point: near eps_upper at large n); every
+        value is a lower bound at its point."""
         values, reach, best = self._spectral_lower(points)
-        pending = np.any([np.isnan(v) & (r >= best) for v, r in zip(values, reach, strict=True)], axis=0)
+        pending = np.any([np.isnan(v) & (r >= best) & (r > delta) for v, r in zip(values, reach, strict=True)],
+                         axis=0)
         out = best.copy()
         proved = np.flatnonzero(out > delta)
         lo, hi = (int(proved.max()) if proved.size else -1), points.size  # lo proved, hi not (or past the end)
