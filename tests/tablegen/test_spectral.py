@@ -254,3 +254,42 @@ def test_grouped_phases_of_far_cells_within_their_error(name, params, eps0):
     exact = np.hypot(re, im).astype(float)
     allowed = law.psi_err[rows] + 16 * u * (np.max(np.abs(law.points[rows] - law.centre[rows, None]), axis=1) + 1)
     assert np.all(np.abs(got - exact) <= allowed + spectral_path.GROUP_PHASE_ERR)
+
+
+@pytest.mark.parametrize("name,params,eps0", [("laplace", {}, 8.0), ("krr", {"k": 10}, 4.0)])
+@pytest.mark.parametrize("n", [300, 10**5])
+def test_far_cells_tile_and_bound_psi(name, params, eps0, n):
+    """The far cells tile [theta1, pi] (no gap, no overlap) and each bound is >= |psi| (extended
+    precision) at random theta inside it: fails if the cell beyond the split-bound cut took B
+    from a later grid point, or if the evaluated cells stopped short of the cut."""
+    d = _decomposition(name, params, eps0)
+    eps = np.array([0.02, 0.2, 0.6]) * eps0
+    law = spectral_path._Lattice(d, eps, 10.0, True, np.full(eps.size, float(n)))
+    rows = np.arange(eps.size)
+    t = np.full(eps.size, math.exp(-spectral_path.TAIL_LOG / n))
+    owner, start, width, log_bound = law.far_cells(rows, t, t, np.full(eps.size, 1e4))
+    rng = np.random.default_rng(3)
+    for row in rows:
+        mine = owner == row
+        s, h, b = start[mine], width[mine], np.exp(log_bound[mine])
+        assert s[0] == law.theta1[row] and math.isclose(s[-1] + h[-1], np.pi, rel_tol=1e-12)
+        np.testing.assert_allclose(s[1:], (s + h)[:-1], rtol=1e-12, atol=0)
+        theta = rng.uniform(law.theta1[row], np.pi, 2000)
+        cell = np.searchsorted(s, theta, side="right") - 1
+        x = (law.points[row] - law.centre[row]).astype(np.longdouble)
+        w = law.weights[row].astype(np.longdouble)
+        angle = theta.astype(np.longdouble)[:, None] * x
+        exact = np.hypot(np.sum(w * np.cos(angle), axis=1), np.sum(w * np.sin(angle), axis=1))
+        assert np.all(b[cell] >= exact.astype(float))
+
+
+def test_phase_table_gives_the_direct_phases():
+    """Phases read from a period's table are the floats cos / sin(2 pi / K * j) computed directly
+    (fails if the table's angles were computed another way or indexed with an offset)."""
+    rng = np.random.default_rng(4)
+    period = np.array([97, 1_000_003, 256])
+    row = np.repeat([0, 1, 2], [200, 5, 300])  # pairs 0 and 2 are tabled (2 K < nodes x terms)
+    index = rng.integers(0, period[row, None], size=(row.size, 3))
+    cos_p, sin_p = spectral_path._unit_phases(index, row, period)
+    angle = (2 * np.pi / period.astype(float))[row, None] * index
+    assert np.array_equal(cos_p, np.cos(angle)) and np.array_equal(sin_p, np.sin(angle))
