@@ -174,15 +174,20 @@ def tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -
 
 
 def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, positive: np.ndarray,
-                     rtol: float = 1e-12) -> np.ndarray:
+                     rtol: float = 1e-12, start: np.ndarray | None = None) -> np.ndarray:
     """lambda >= 0 with tilted mean = target, per row: safeguarded Newton on the increasing
-    tilted mean, to a relative step ``rtol``.
+    tilted mean, to a relative step ``rtol``, from ``start`` (0 where not given: e.g. the
+    saddlepoint of a nearby law, which saves most of the iterations).
 
     Any lambda keeps the tilting identity exact; this one only centres the tilted law.
     """
+    with np.errstate(divide="ignore"):
+        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
 
     def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = np.exp(tilted_log_weights(points, probs, lam)[0])
+        expo = logp + lam[:, None] * points
+        w = np.exp(expo - np.max(expo, axis=1, keepdims=True))
+        w /= np.sum(w, axis=1, keepdims=True)
         mean = np.sum(w * points, axis=1)
         return mean, np.sum(w * (points - mean[:, None]) ** 2, axis=1)
 
@@ -192,7 +197,7 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
     scale = 1.0 / np.maximum(np.ptp(points, axis=1), 1.0)
     lo = np.zeros(points.shape[0])
     hi = np.full_like(lo, np.inf)
-    lam = lo.copy()
+    lam = lo.copy() if start is None else np.where(reachable, np.maximum(start, 0.0), 0.0)
     for _ in range(100):
         mean, var = moments(lam)
         below = mean < target
@@ -235,7 +240,7 @@ def align_step(gap: np.ndarray, step: np.ndarray) -> np.ndarray:
 
 
 def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: bool, cells: float,
-                n: np.ndarray) -> np.ndarray:
+                n: np.ndarray, moments: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """``step``, or a finer one where rounding on it would cost the bound more than it should;
     per row of ``values`` (B, J) with probabilities ``probs`` (J,), for sums of up to ``n`` (B,)
     users.
@@ -252,9 +257,9 @@ def refine_step(values: np.ndarray, probs: np.ndarray, step: np.ndarray, half: b
     e^(n lambda^2 V / 2).  Where both the share and n lambda^2 V / 2 exceed 1 / cells^2, the step
     is halved (up to REFINE_LEVELS times) until either is below a quarter of that.  Any step
     keeps every bound certified (the rounding is a mean-preserving spread); this is for
-    tightness only.
+    tightness only.  ``moments``: ``tilted_moments(values, probs)`` where the caller has them.
     """
-    lam, _, w, var = tilted_moments(values, probs)
+    lam, _, w, var = tilted_moments(values, probs) if moments is None else moments
     order = np.argsort(probs)[::-1]
     first = values[:, order[:1]]
     gap = np.abs(values[:, order[1:2]] - first) if probs.size > 1 else np.zeros_like(first)

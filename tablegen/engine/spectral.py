@@ -54,9 +54,10 @@ computed here (their rounding correction is evaluated on the FFT window, ``fouri
 from __future__ import annotations
 
 import numpy as np
+from scipy.fft import next_fast_len, rfft
 
 from tablegen.decomposition import Decomposition
-from tablegen.engine.lattice import align_step, refine_step, saddlepoint_rows, tilted_log_weights
+from tablegen.engine.lattice import align_step, refine_step, saddlepoint_rows, tilted_log_weights, tilted_moments
 
 U = 2.0**-53
 TINY = float(np.nextafter(0.0, 1.0))
@@ -78,6 +79,7 @@ FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weake
 FAR_ROWS = 64
 GROUP_PHASE_ERR = 5 * FAR_SPLIT * U  # the phase recurrence of _Lattice._pair_abs_psi over a group (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
+SADDLE_RTOL = 1e-9  # lambda only centres the tilted law (any lambda certifies): 1e-12 cost twice the iterations
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 # theta where the split bound B is tabulated (B(0) = 1); it only decides which far cells are
 # refined and summed (cost; values only through the e^-40 bound on dropped nodes): 65 points
@@ -87,8 +89,9 @@ HALF_FINER = 1.6  # half-split lattices are finer: every user then carries round
 DENSE_RATIO = 12  # a dense form is built when the support spans <= this many cells per pair
 # cost model (ns, this machine's numpy) for the form of each psi evaluation: the pair form costs
 # PAIR_NS per node and pair; the dense form HORNER_NODE_NS per node and cell plus HORNER_STEP_NS
-# per cell (one numpy pass per degree)
-PAIR_NS, HORNER_NODE_NS, HORNER_STEP_NS = 35.0, 3.0, 4000.0
+# per cell (one numpy pass per degree); psi at every node of a period K by one FFT (``spectrum``)
+# costs about FFT_NS K log2 K, shared by the evaluations of one law row with that period
+PAIR_NS, HORNER_NODE_NS, HORNER_STEP_NS, FFT_NS = 35.0, 3.0, 4000.0, 1.0
 
 
 def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
@@ -176,7 +179,8 @@ class _Lattice:
         cells = resolution * (HALF_FINER if half else 1.0)
         step = np.where(sd > 0, sd * wider / cells, 1.0)
         # refined where the law that decides delta is much narrower than G (lattice.refine_step)
-        step = align_step(gap, refine_step(values, probs, step, half, cells, n))
+        moments = tilted_moments(values, probs)
+        step = align_step(gap, refine_step(values, probs, step, half, cells, n, moments))
         offset = first - step / 2 if half else first  # heaviest atoms at 1/2 (or on the lattice)
         x = (values - offset[:, None]) / step[:, None]
         err_offset = U * np.abs(offset) + err_values[:, order[0]] + U * step
@@ -198,16 +202,16 @@ class _Lattice:
         self.ratio_err = (err_offset + U * np.abs(offset)) / step + 2 * U * np.abs(self.ratio)
         self.positive = np.max(values, axis=1) > 0
         self.sd_cells = np.maximum(sd / step, 1.0)  # sd of G in lattice cells (>= resolution)
-        self._tilt(lam_floor)
+        self._tilt(lam_floor, moments[0] * step)  # Newton from the unrounded law's lambda
         self._dense_form()
         self._chernoff_table()
         self._split_table()
 
-    def _tilt(self, lam_floor: np.ndarray | None) -> None:
-        """Saddlepoint lambda (tilted mean = -ratio), raised to ``lam_floor`` where given, and
-        the tilted moments, per eps."""
+    def _tilt(self, lam_floor: np.ndarray | None, start: np.ndarray) -> None:
+        """Saddlepoint lambda (tilted mean = -ratio, Newton from ``start``), raised to
+        ``lam_floor`` where given, and the tilted moments, per eps."""
         target = -self.ratio
-        lam = saddlepoint_rows(self.points, self.probs, target, self.positive)
+        lam = saddlepoint_rows(self.points, self.probs, target, self.positive, SADDLE_RTOL, start)
         if lam_floor is not None:
             lam = np.where(self.positive, np.maximum(lam, lam_floor), lam)
         logw, log_m = tilted_log_weights(self.points, self.probs, lam)
@@ -219,14 +223,13 @@ class _Lattice:
         self.var = np.sum(w * dev**2, axis=1)
         self.mu4 = np.sum(w * dev**4, axis=1)
         self.centre = np.round(mean)
-        # error of psi from the tilted weights (exp of lambda x), the phases (cos, sin) and the
-        # sum over the lattice points (sequential summation: (points - 1) U sum w, sum w = 1)
-        # (and the merged probabilities: the points' sums are exact up to merge_err, relative)
-        # in pair form each term is e^(i phi) (a + b e^(i theta)), two phases and a complex
-        # product per term (hence 12, not 8, per unit weight); the sum's own error is added by
-        # _dense_form, which chooses the form
-        self.psi_err = (np.sum(w * (np.abs(lam[:, None] * self.points) + 12.0), axis=1) * 2 * U
-                        + 2 * self.merge_err)
+        # error of psi from the tilted weights (exp of lambda x) and the merged probabilities
+        # (the points' sums are exact up to merge_err, relative), whatever the form of the sum
+        self.weight_err = np.sum(w * np.abs(lam[:, None] * self.points), axis=1) * 2 * U + 2 * self.merge_err
+        # in pair form each term is e^(i phi) (a + b e^(i theta)): two phases (cos, sin) and a
+        # complex product per term, 12 U per unit weight (24 U in all, sum w = 1); the sum's own
+        # error is added by _dense_form, which chooses the form (``spectrum``: the FFT's)
+        self.psi_err = self.weight_err + 24 * U * np.sum(w, axis=1)
         with np.errstate(divide="ignore"):
             log_pair = np.log(self.pair_probs) - log_m[:, None, None]
         shift = lam[:, None, None] * (self.pair_base[:, :, None] + np.array([0.0, 1.0]))
@@ -276,6 +279,21 @@ class _Lattice:
         forward[rel[up].astype(np.int64), law_row[up]] = self.weights[up]
         backward[(-rel[down]).astype(np.int64) - 1, law_row[down]] = self.weights[down]
         self.dense = (forward, backward)
+
+    def spectrum(self, rows: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+        """psi at every node theta_k = 2 pi k / K, k = 0..K/2, of the law rows ``rows`` (shape
+        (rows, K/2 + 1)), by one real FFT: the tilted weights folded onto Z mod K by their
+        offset from the centre, h_j = sum of w_x over x - c = j (mod K), give
+        psi(theta_k) = sum_j h_j e^(2 pi i j k / K) = conj(rfft(h)_k), no phase computed per
+        node.  Error bound per row: ``weight_err`` plus the FFT's 5 U log2(K) ||h||_1 (the
+        standard-model bound of ``fourier.py``, per output, ||h||_1 = sum w) plus P U sum w for
+        the fold's sums (P points)."""
+        rel = np.mod((self.points[rows] - self.centre[rows, None]).astype(np.int64), period)
+        at = (np.arange(rows.size)[:, None] * period + rel).ravel()
+        h = np.bincount(at, self.weights[rows].ravel(), rows.size * period).reshape(rows.size, period)
+        total = np.sum(self.weights[rows], axis=1) * (1 + 1e-9)
+        err = self.weight_err[rows] + (5 * np.log2(max(period, 2)) + self.points.shape[1]) * U * total
+        return np.conj(rfft(h, axis=1)), err
 
     def dense_for(self, nodes: int) -> bool:
         """Whether ``nodes`` evaluations of psi are cheaper in the dense form (cost model above)."""
@@ -335,20 +353,26 @@ class _Lattice:
     def _pair_abs_psi(self, rows: np.ndarray, theta: np.ndarray, width: np.ndarray, group: int) -> np.ndarray:
         """Pair form; the phases e^(i theta (y_q - c)) of a group's cells by the recurrence
         e^(i (theta + width) y) = e^(i theta y) e^(i width y) from the group's first cell (one
-        complex product per cell and pair instead of an exponential).  The j-th cell's phase
-        carries the first exponential's error (U |theta y| for its argument, 2 U for cosine and
-        sine) and j times the step's (U |width y| + 2 U) and a product's (sqrt 5 U): in all
-        U |theta_j y| (<= pi U |y|, inside 16 U (|y| + 1)) plus 2 U + (group - 1) 4.3 U <=
-        GROUP_PHASE_ERR per unit weight."""
-        pair = self.pair_weights[rows]
-        coef = pair[:, :, 0] + pair[:, :, 1] * np.exp(1j * theta)[:, None]
-        rel = self.pair_base[rows] - self.centre[rows, None]
-        first = slice(None, None, group)
-        steps = np.empty((rows.size // group, group, rel.shape[1]), dtype=complex)
-        steps[:, 0] = np.exp(1j * theta[first, None] * rel[first])
-        steps[:, 1:] = np.exp(1j * width[first, None] * rel[first])[:, None, :]
-        phases = np.cumprod(steps, axis=1).reshape(rel.shape)
-        return np.abs(np.einsum("cj,cj->c", coef, phases))
+        complex product per cell and pair instead of an exponential; a loop over the group's
+        cells, each product one vectorised pass).  The j-th cell's phase carries the first
+        exponential's error (U |theta y| for its argument, 2 U for cosine and sine) and j times
+        the step's (U |width y| + 2 U) and a product's (sqrt 5 U): in all U |theta_j y|
+        (<= pi U |y|, inside 16 U (|y| + 1)) plus 2 U + (group - 1) 4.3 U <= GROUP_PHASE_ERR
+        per unit weight."""
+        first = slice(None, None, group)  # cells (groups, group): a group's cells share its row
+        shape = (rows.size // group, group, 1)
+        pair = self.pair_weights[rows[first]][:, None]
+        coef_re = pair[..., 0] + pair[..., 1] * np.cos(theta).reshape(shape)
+        coef_im = pair[..., 1] * np.sin(theta).reshape(shape)
+        rel = self.pair_base[rows[first]] - self.centre[rows[first], None]
+        phases = np.empty(coef_re.shape, dtype=complex)
+        phases[:, 0] = np.exp(1j * theta[first, None] * rel)
+        step = np.exp(1j * width[first, None] * rel)
+        for j in range(1, group):
+            np.multiply(phases[:, j - 1], step, out=phases[:, j])
+        re = np.einsum("gcj,gcj->gc", coef_re, phases.real) - np.einsum("gcj,gcj->gc", coef_im, phases.imag)
+        im = np.einsum("gcj,gcj->gc", coef_re, phases.imag) + np.einsum("gcj,gcj->gc", coef_im, phases.real)
+        return np.hypot(re, im).ravel()
 
     def _chernoff_table(self) -> None:
         """log E_lambda[e^(mu (K - mean))] on a grid of mu > 0 and mu < 0, per eps."""
@@ -465,7 +489,7 @@ class _Plan:
         self.log_err = nf * law.mgf_err[row] + 4 * U * np.abs(lam * (self.int_part + self.frac)) + 1e-12
         size = np.maximum(law.chernoff_width(row, nf, 0, alias_log), alias_log / np.maximum(lam, 1e-300))
         size = size + law.chernoff_width(row, nf, 1, alias_log) + 2.0
-        self.period = np.ceil(np.minimum(size, 2.0**52)).astype(np.int64)
+        self.period = _smooth_periods(np.ceil(np.minimum(size, 2.0**52)).astype(np.int64))
         self.ranges, self.sup_log = self._windows(nf)
         self.nodes = np.bincount(self.ranges[0], self.ranges[2] - self.ranges[1] + 1, n.size).astype(np.int64)
         self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
@@ -570,7 +594,7 @@ class _Plan:
         periodf = period.astype(float)
         theta = 2 * np.pi * k / periodf
         sin_t, cos_t = np.sin(theta), np.cos(theta)
-        re, im = self._psi(pr, period_p, row, k, cos_t, sin_t)
+        re, im, psi_err = self._psi(pr, period_p, row, k, cos_t, sin_t)
         n_p = self.n[idx]
         n = n_p.astype(float)[row]
         abs_psi = np.maximum(np.hypot(re, im), 1e-300)
@@ -587,33 +611,71 @@ class _Plan:
         real = size * (ghat.real * np.cos(total_phase) - ghat.imag * np.sin(total_phase))
         weight = np.where((k == 0) | (2 * k == period), 1.0, 2.0)
         value = np.bincount(row, weight * real, idx.size)
-        rel_err = (n * law.psi_err[pr][row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
+        rel_err = (n * psi_err[row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
                    + 16 * U / np.abs(one_minus_z) + 32 * U)
         term_abs = size * np.abs(ghat)
         fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
         return value, fp + self._dropped(idx)
 
     def _psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
-             sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+             sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """psi (real, imaginary) at the nodes theta = 2 pi k / K of pairs ``row`` (law rows
-        ``pr``, periods ``period_p``), in the law's form (``_Lattice._dense_form``).  Pair form:
-        phases from exact integers, (k x) mod K in int64 (k can be anywhere up to K / 2)."""
+        ``pr``, periods ``period_p``) and its error bound per pair.  A law row and period whose
+        nodes cost more in the pair form than one FFT (``FFT_NS``) read them from its spectrum
+        (``_Lattice.spectrum``: evaluations that sum most nodes of their period, e.g. the
+        lattice-anchored laws); the others are summed in the law's form (``_Lattice._dense_form``).
+        Pair form: phases from exact integers, (k x) mod K in int64 (k can be anywhere up to K / 2)."""
         re, im = np.empty(row.size), np.empty(row.size)
-        dense = self.law.dense_nodes(pr[row])
+        psi_err = self.law.psi_err[pr]
+        fft = self._by_fft(pr, period_p, row)
+        if fft.any():
+            on = fft[row]
+            psi, psi_err[fft] = self._spectrum_nodes(pr, period_p, row[on], k[on], fft)
+            re[on], im[on] = psi.real, psi.imag
+        rest = np.flatnonzero(~fft[row])
+        dense = self.law.dense_nodes(pr[row[rest]])
         if dense.any():
-            psi = self.law.horner(pr[row[dense]], cos_t[dense], sin_t[dense])
-            re[dense], im[dense] = psi.real, psi.imag
+            at = rest[dense]
+            psi = self.law.horner(pr[row[at]], cos_t[at], sin_t[at])
+            re[at], im[at] = psi.real, psi.imag
         if not dense.all():
-            pair = ~dense
-            re[pair], im[pair] = self._pair_psi(pr, period_p, row[pair], k[pair], cos_t[pair], sin_t[pair])
-        return re, im
+            at = rest[~dense]
+            re[at], im[at] = self._pair_psi(pr, period_p, row[at], k[at], cos_t[at], sin_t[at])
+        return re, im, psi_err
+
+    def _by_fft(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """Which pairs take psi from their (law row, period)'s spectrum: where the pair form's
+        cost of all their nodes exceeds the FFT's."""
+        nodes = np.bincount(row, minlength=pr.size)
+        combos, combo = np.unique(np.stack([pr, period_p]), axis=1, return_inverse=True)
+        combo = combo.ravel()
+        pair_cost = PAIR_NS * self.law.pair_base.shape[1] * np.bincount(combo, nodes, combos.shape[1])
+        fft_cost = FFT_NS * combos[1] * np.log2(np.maximum(combos[1], 2))
+        return (pair_cost > fft_cost)[combo]
+
+    def _spectrum_nodes(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray,
+                        fft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """psi at the nodes (``row``, ``k``) of the pairs ``fft`` from one spectrum per (law row,
+        period), those of one period in one FFT; and the error bound of each such pair."""
+        combos, combo = np.unique(np.stack([pr[fft], period_p[fft]]), axis=1, return_inverse=True)
+        length = combos[1] // 2 + 1
+        offset = np.cumsum(length) - length
+        table, err = np.empty(int(length.sum()), dtype=complex), np.empty(combos.shape[1])
+        for period in np.unique(combos[1]):
+            which = np.flatnonzero(combos[1] == period)
+            psi, err[which] = self.law.spectrum(combos[0, which], int(period))
+            table[(offset[which, None] + np.arange(psi.shape[1])).ravel()] = psi.ravel()
+        pair_combo = np.zeros(pr.size, dtype=np.int64)
+        pair_combo[fft] = combo.ravel()
+        return table[offset[pair_combo[row]] + k], err[combo.ravel()]
 
     def _pair_psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
                   sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         law = self.law
         # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
         rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
-        cos_p, sin_p = _unit_phases((k[:, None] * rel_p[row]) % period_p[row, None], row, period_p)
+        phase = (2 * np.pi / period_p.astype(float))[row, None] * ((k[:, None] * rel_p[row]) % period_p[row, None])
+        cos_p, sin_p = np.cos(phase), np.sin(phase)
         pair = law.pair_weights[pr][row]
         coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
         coef_im = pair[:, :, 1] * sin_t[:, None]
@@ -628,27 +690,6 @@ class _Plan:
         x = np.exp(-lam * period)
         c2 = (1 + x) / ((1 - x) * -np.expm1(-2 * lam))
         return np.exp(self.sup_log[idx] - lam * a0) * (a0 * np.sqrt(c2) + c2)
-
-
-def _unit_phases(index: np.ndarray, row: np.ndarray, period_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of scale * index, scale = 2 pi / K of each entry's pair (``row``; ``index``
-    (nodes, terms) integers in [0, K)).  Where a pair needs more than 2 K phases (the lattice-
-    anchored laws sum every node), they are read from a table of its K values, computed by the
-    same float operations (the same numbers, one cosine and sine per residue instead of one per
-    node and term: numpy's float64 cos and sin cost ~15 ns, a read ~2 ns)."""
-    scale = 2 * np.pi / period_p.astype(float)
-    tabled = 2 * period_p < np.bincount(row, minlength=period_p.size) * index.shape[1]
-    use = tabled[row]
-    cos_p, sin_p = np.empty(index.shape), np.empty(index.shape)
-    if use.any():
-        sizes = np.where(tabled, period_p, 0)
-        angle = np.repeat(scale, sizes) * ramp(sizes)
-        at = (np.cumsum(sizes) - sizes)[row[use], None] + index[use]
-        cos_p[use], sin_p[use] = np.cos(angle)[at], np.sin(angle)[at]
-    if not use.all():
-        phase = scale[row[~use], None] * index[~use]
-        cos_p[~use], sin_p[~use] = np.cos(phase), np.sin(phase)
-    return cos_p, sin_p
 
 
 def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -678,6 +719,16 @@ def ramp(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., c - 1 for each c of ``counts``, concatenated."""
     total = np.arange(int(np.sum(counts)))
     return total - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _smooth_periods(period: np.ndarray) -> np.ndarray:
+    """Each period raised to the next 2-3-5-smooth integer up to MAX_PERIOD (any K at least the
+    Chernoff size certifies, step 3): FFTs of such lengths are fast and evaluations of one law
+    row at nearby n share one (``_Plan._psi``)."""
+    values, inverse = np.unique(period, return_inverse=True)
+    smooth = np.array([next_fast_len(int(v), real=True) if v <= MAX_PERIOD else int(v) for v in values],
+                      dtype=np.int64)
+    return smooth[inverse.ravel()]
 
 
 def _split_shift(ratio: np.ndarray, ratio_err: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

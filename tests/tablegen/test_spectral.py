@@ -200,19 +200,29 @@ def test_dense_form_of_psi_within_its_error_bound():
     assert np.max(np.abs(got - exact.astype(complex))) > 0  # compared, not trivially equal
 
 
-def test_dense_and_pair_forms_give_the_same_bound(monkeypatch):
-    """Both forms sum the same psi within the same psi_err: the certified delta agrees to
+def test_dense_pair_and_fft_forms_give_the_same_bound(monkeypatch):
+    """The three forms sum the same psi, each within its own bound: the certified delta agrees to
     floating point (the form only changes the cost)."""
     d = _decomposition("laplace", {}, 4.0)
     eps, n = np.array([0.5, 1.0, 2.0]), np.array([100, 1000, 10**4])
-    horner, used = spectral_path._Lattice.horner, []
-    monkeypatch.setattr(spectral_path._Lattice, "horner", lambda self, *a: used.append(1) or horner(self, *a))
+    def recorded(method):
+        calls = []
+        original = getattr(spectral_path._Lattice, method)
+        monkeypatch.setattr(spectral_path._Lattice, method, lambda self, *a: calls.append(1) or original(self, *a))
+        return calls
+
+    spectra = recorded("spectrum")
+    fft = delta_upper(d, eps, n, 10.0)
+    assert spectra  # small n: every node of the period is summed, psi from its FFT
+    monkeypatch.setattr(spectral_path._Plan, "_by_fft", lambda self, pr, *a: np.zeros(pr.size, dtype=bool))
+    horner = recorded("horner")
     dense = delta_upper(d, eps, n, 10.0)
-    assert used  # the dense form answered
+    assert horner  # the dense form answered
     monkeypatch.setattr(spectral_path._Lattice, "dense_for", lambda self, nodes: False)
     pair = delta_upper(d, eps, n, 10.0)
     assert np.all(np.isfinite(dense))
     np.testing.assert_allclose(dense, pair, rtol=1e-9)
+    np.testing.assert_allclose(fft, pair, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name,params,eps0", [("laplace", {}, 4.0), ("krr", {"k": 10}, 2.0)])
@@ -283,13 +293,25 @@ def test_far_cells_tile_and_bound_psi(name, params, eps0, n):
         assert np.all(b[cell] >= exact.astype(float))
 
 
-def test_phase_table_gives_the_direct_phases():
-    """Phases read from a period's table are the floats cos / sin(2 pi / K * j) computed directly
-    (fails if the table's angles were computed another way or indexed with an offset)."""
-    rng = np.random.default_rng(4)
-    period = np.array([97, 1_000_003, 256])
-    row = np.repeat([0, 1, 2], [200, 5, 300])  # pairs 0 and 2 are tabled (2 K < nodes x terms)
-    index = rng.integers(0, period[row, None], size=(row.size, 3))
-    cos_p, sin_p = spectral_path._unit_phases(index, row, period)
-    angle = (2 * np.pi / period.astype(float))[row, None] * index
-    assert np.array_equal(cos_p, np.cos(angle)) and np.array_equal(sin_p, np.sin(angle))
+@pytest.mark.parametrize("name,params,eps0", [("laplace", {}, 8.0), ("krr", {"k": 1024}, 0.5), ("hr", {}, 4.0)])
+@pytest.mark.parametrize("half", [True, False])
+def test_spectrum_is_psi_within_its_error(name, params, eps0, half):
+    """psi at every node of a period by one FFT (``_Lattice.spectrum``) against psi in extended
+    precision at theta_k = 2 pi k / K, within the returned bound; periods below the support's
+    span (the weights fold), odd and even (fails on a missing conjugate, an offset centre or a
+    wrong fold)."""
+    d = _decomposition(name, params, eps0)
+    law = spectral_path._Lattice(d, np.array([0.05, 0.5]) * eps0, 10.0, half, np.full(2, 300.0))
+    rows = np.arange(2)
+    span = int(np.max(law.points) - np.min(law.points))
+    for period in (max(span // 3, 3), 1001, 2048):
+        psi, err = law.spectrum(rows, period)
+        assert psi.shape == (2, period // 2 + 1)
+        k = np.arange(period // 2 + 1)
+        for row in rows:
+            x = (law.points[row] - law.centre[row]).astype(np.int64)
+            w = law.weights[row].astype(np.longdouble)
+            angle = 8 * np.arctan(np.longdouble(1)) * ((k[:, None] * x) % period) / period  # 2 pi j / K, exact j
+            exact = np.sum(w * np.cos(angle), axis=1) + 1j * np.sum(w * np.sin(angle), axis=1)
+            assert np.all(np.abs(psi[row] - exact.astype(complex)) <= err[row])
+            assert err[row] < 1e-12
