@@ -85,7 +85,9 @@ class AtomLaw:
 
 @dataclass(frozen=True)
 class LatticeLaw(AtomLaw):
-    """A law on the integers first, first + 1, ... (lattice units)."""
+    """A law on integer ``points`` (lattice units, ascending), from ``first`` on: all the cells
+    from first on (``from_pmf``) or only those with mass (``randomized_rounding``: a fine
+    lattice can span millions of cells with a handful of atoms)."""
 
     first: int
 
@@ -95,7 +97,7 @@ class LatticeLaw(AtomLaw):
 
     @property
     def last(self) -> int:
-        return self.first + self.pmf.size - 1
+        return int(self.points[-1])
 
     def tilted(self, lam: float) -> LatticeLaw:
         return LatticeLaw(self.points, self.tilted_pmf(lam), self.first)
@@ -132,13 +134,11 @@ def randomized_rounding(x: np.ndarray, probs: np.ndarray) -> tuple[LatticeLaw, f
     """
     k = np.floor(x)
     t = x - k
-    first = int(k.min())
-    idx = (k - first).astype(np.int64)
-    size = int(idx.max()) + 2
-    pmf = np.bincount(idx, probs * (1 - t), size) + np.bincount(idx + 1, probs * t, size)
+    cells, where = np.unique(np.concatenate([k, k + 1]), return_inverse=True)
+    pmf = np.bincount(where.ravel(), np.concatenate([probs * (1 - t), probs * t]), cells.size)
     nz = np.flatnonzero(pmf > 0)
     off_lattice = float(probs[t > 0].sum())
-    return LatticeLaw.from_pmf(first + int(nz[0]), pmf[nz[0] : nz[-1] + 1]), off_lattice
+    return LatticeLaw(cells[nz], pmf[nz], int(cells[nz[0]])), off_lattice
 
 
 def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:

@@ -16,11 +16,13 @@ quantities in lattice units, Y = S + c the unrounded sum with its threshold, Y' 
    (Parseval on R, phi e^(-lambda y) has a Gaussian transform):
        E[phi(Y)] <= M_G(lambda)^n e^(lambda c) (n/8) e^(n lambda^2/8) int_R e^(-n t^2/8) |psi_G(t)|^n dt.
    On the Taylor range of ``spectral`` (t^2 <= 2.4 v / (mu4 + 3 v^2)) |psi_G|^n <= e^(-0.4 n v t^2)
-   (v the tilted variance); beyond, on cells [t_a, t_b] up to e^(-n t^2/8) <= e^(-2 TAIL_LOG),
+   (v the tilted variance); beyond, on cells [t_a, t_b] up to e^(-n t^2/8) <= e^(-NOISE_LOG),
        |psi_G(t)|^2 = 1 - sum_{a != b} w_a w_b (1 - cos(t d_ab))
                    <= 1 - sum_{pairs a < b of the PAIR_ATOMS heaviest} 2 w_a w_b min_cell (1 - cos(t d_ab))
    (every dropped pair's term is >= 0; the minimum of 1 - cos over an interval is 0 if it holds a
-   multiple of 2 pi, else at an end); |psi_G| <= 1 beyond.  Each piece is an erfc difference.
+   multiple of 2 pi, else at an end); |psi_G| <= 1 beyond (that tail is below e^-NOISE_LOG
+   times 1/sqrt(n): negligible beside the Taylor range's piece, itself second order).  Each
+   piece is an erfc difference.
    When the sum is spread (the usual case) this is second order, ~ (pi/4) (lambda sd(N))^2 of
    the main term; when S is comb-like (few atoms, small n) it is first order and the
    evaluation is declined (below).
@@ -51,8 +53,11 @@ TAIL_LOG = spectral.TAIL_LOG
 RESOLUTION = 30.0  # cells per sd of G (times HALF_FINER): the rounding term scales like 1/resolution^2
 MAX_GAP = 0.05  # largest relative width of the bracket of E[Y_+] accepted (else the FFT path)
 PAIR_ATOMS = 12  # the bound on |psi_G| away from 0 uses the pairs of this many heaviest atoms
-CELL_PHASE = 0.25  # cells of t are this wide in phase t d_max of the farthest such pair ...
+CELL_PHASE = 0.25  # cells of t are this wide in phase t d of the farthest such pair that n
+PAIR_USERS = 1.0  # users weigh at least this much (n w_ab: a far atom of negligible weight, e.g.
+# HR's rare atom at large eps0 n = 1e4, 300 times farther, would cost 300 times the cells) ...
 MAX_CELLS = 4096  # ... up to this many per evaluation (wider cells: weaker, still valid)
+NOISE_LOG = 20.0  # cells up to e^(-n t^2 / 8) = e^-NOISE_LOG (e^-80 cost 2x the cosines for a change below 1e-9)
 
 
 def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
@@ -155,10 +160,16 @@ def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarra
     core = _gauss_piece(a + 0.4 * n * atoms.var[rows], np.zeros_like(a), theta1)
     # beyond: cells of [theta1, far], |psi|^2 <= 1 - sum_pairs 2 w_a w_b min_cell (1 - cos t d_ab);
     # the cells share their edges (an exact tiling), the tail starts at the last edge or before
-    far = np.maximum(np.sqrt(2 * TAIL_LOG / a), theta1)
+    far = np.maximum(np.sqrt(NOISE_LOG / a), theta1)
     dist, weight = atoms.pairs[0][rows], atoms.pairs[1][rows]
-    cells = np.clip(np.ceil((far - theta1) * dist.max(axis=1) / CELL_PHASE), 1, MAX_CELLS).astype(np.int64)
+    heavy = n[:, None] * weight >= PAIR_USERS
+    reach = np.max(np.where(heavy, dist, 0.0), axis=1)
+    cells = np.clip(np.ceil((far - theta1) * reach / CELL_PHASE), 1, MAX_CELLS).astype(np.int64)
     width = (far - theta1) / cells
+    # a pair whose phase spans 2 pi over one cell has min (1 - cos) = 0 on every cell: left out
+    useful = dist * width[:, None] < 2 * np.pi
+    keep = np.any(useful, axis=0)
+    dist, weight = dist[:, keep], np.where(useful, weight, 0.0)[:, keep]
     edge_owner = np.repeat(np.arange(rows.size), cells + 1)
     start = np.cumsum(cells + 1) - (cells + 1)  # index of each row's first edge
     edges = theta1[edge_owner] + spectral.ramp(cells + 1) * width[edge_owner]
