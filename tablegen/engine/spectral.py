@@ -70,6 +70,7 @@ ALIAS_LOG = 20.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
+SMALL_PERIOD = 2048  # periods up to this sum every node (psi from one FFT): no far cells to bound
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
 RESOLUTION = 20.0
 FAR_GRID = 128  # first cells of the bound on |psi| away from 0, then refined where needed
@@ -504,19 +505,21 @@ class _Plan:
         [0, theta1].  On [theta1, pi] the nodes of every cell of ``far_cells`` whose bound has
         n log bound > -TAIL_LOG are summed (windows around the near-returns of |psi|), the
         others are left out with that bound.  Node ranges are widened by one node on each side
-        (only more is summed), then made disjoint.
+        (only more is summed), then made disjoint.  Periods up to SMALL_PERIOD sum every node
+        (nothing left out: bounding the far cells would cost more than the nodes they save).
         """
         law, row, period = self.law, self.row, self.period.astype(float)
         v = law.var[row] * (1 - 1e-9)
         theta_g = np.sqrt(TAIL_LOG / (0.4 * n * v))
-        near = np.minimum(theta_g, law.theta1[row])
-        sup = np.where(theta_g < law.theta1[row], -0.4 * n * v * theta_g**2, -np.inf)
+        every = self.period <= SMALL_PERIOD
+        near = np.where(every, np.pi, np.minimum(theta_g, law.theta1[row]))
+        sup = np.where(~every & (theta_g < law.theta1[row]), -0.4 * n * v * theta_g**2, -np.inf)
         pair = [np.arange(n.size)]
         lo, hi = [np.zeros(n.size, np.int64)], [np.ceil(near * period / (2 * np.pi) + 1e-6)]
-        rows = np.unique(row)
+        rows = np.unique(row[~every])
         for i in range(0, rows.size, FAR_ROWS):
             chunk = rows[i : i + FAR_ROWS]
-            mine = np.flatnonzero(np.isin(row, chunk))
+            mine = np.flatnonzero(np.isin(row, chunk) & ~every)
             local = np.searchsorted(chunk, row[mine])
             t_low, t_high, k_high = np.full(chunk.size, np.inf), np.zeros(chunk.size), np.zeros(chunk.size)
             np.minimum.at(t_low, local, np.exp(-TAIL_LOG / n[mine]))
