@@ -73,8 +73,14 @@ def delta_of_decomposition(
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
     sd = math.sqrt(AtomLaw(values, probs).variance())
     # refined where the law tilted to mean 0 is much narrower than G (lattice.refine_step)
-    step = refine_step(values[None, :], probs, np.array([sd / res if sd > 0 else 1.0]), False, res, np.array([n]))
-    grid = Grid.aligned(values, probs, float(step[0]))
+    step = float(refine_step(values[None, :], probs, np.array([sd / res if sd > 0 else 1.0]), False, res,
+                             np.array([n]))[0])
+    if np.count_nonzero(probs > 0) == 2:
+        # two atoms both lie on a lattice of step = their gap (Grid.aligned anchors them): no
+        # rounding at all, and S on the fewest cells (k-RR with k = 2: sqrt(n p q) cells per
+        # sd instead of res sqrt(n))
+        step = float(np.ptp(values[probs > 0]))
+    grid = Grid.aligned(values, probs, step)
     x, anchor_error = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)
     # S = step (K + shift); the shift's own rounding error and the anchors' error (kept on the
@@ -338,6 +344,9 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
     guess = min(max(guess_eps(q, delta), floor), q.eps0)
     a, da, b, db = floor, math.inf, q.eps0, 0.0
     points = np.geomspace(max(floor, guess / GUESS_SPAN), min(q.eps0, guess * GUESS_SPAN), SEARCH_POINTS)
+    # and just below eps0: where even that is not certified (small n, large eps0) the answer is
+    # eps0 after one round, not after a dozen rounds shrinking [a, eps0] to rtol
+    points = np.unique(np.append(points, q.eps0 * (1 - rtol / 2)))
     for _ in range(40):
         values = q.delta_upper_many(points)
         above = ~(values <= delta)  # NaN certifies nothing
@@ -361,6 +370,10 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
             break
         points = _refine(a, da, b, db, delta, rtol)
     chord = chord_eps(a, da, b, db, delta)
+    if b == q.eps0 and chord >= b * (1 - rtol):
+        # within rtol of eps0: eps0 itself, without evaluating the chord (where delta falls to 0
+        # at eps0 the plan there needs ~10^5 nodes, and it usually does not certify anyway)
+        return q.eps0
     if chord < b and q.delta_upper(chord) <= delta:  # certified by convexity and by evaluation
         return min(q.eps0, chord)
     return min(q.eps0, b)

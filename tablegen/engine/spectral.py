@@ -68,7 +68,7 @@ TAIL_LOG = 40.0  # Chernoff tails, dropped nodes (and the lower bound's period) 
 # and in every window); the lower bound subtracts its aliasing and keeps TAIL_LOG
 ALIAS_LOG = 20.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
-MAX_ALL_NODES = 16384  # lattice-anchored laws (few users off the heaviest atom): FFT beyond this
+MAX_ALL_NODES = 2**18  # lattice-anchored laws (few users off the heaviest atom; psi by one FFT): FFT path beyond
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
 SMALL_PERIOD = 2048  # periods up to this sum every node (psi from one FFT): no far cells to bound
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
