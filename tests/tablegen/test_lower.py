@@ -123,3 +123,17 @@ def test_min_of_one_minus_cos_over_cells_sharing_edges():
         step = (edges[j + 1] - edges[j]) / 20000
         assert np.all(got[j] <= sampled + 1e-12)
         assert np.all(got[j] >= sampled - step**2 - 1e-9)
+
+
+@pytest.mark.parametrize("n", [50, 400])
+@pytest.mark.parametrize("values,probs", [([-1.0, 2.7], [0.75, 0.25]), ([-3.1, 0.05], [0.02, 0.98])])
+def test_two_atom_laws_are_not_rounded_on_the_fft_path(values, probs, n):
+    """A law with two atoms (mean below 0, as every G's at eps > 0) lies on the lattice of their
+    gap, both atoms anchors: the FFT path's upper and lower bounds bracket the exact multinomial
+    sum to floating point (fails if an atom were rounded or a rounding correction subtracted:
+    either moves a bound by ~1e-3)."""
+    d = _decomposition(values, probs)
+    exact = exact_delta(values, probs, n)
+    upper, lower = delta_of_decomposition(d, 0.3, n), delta_of_decomposition(d, 0.3, n, False)
+    assert lower <= exact <= upper
+    assert upper <= exact * (1 + 1e-8) and lower >= exact * (1 - 1e-8)
