@@ -606,17 +606,23 @@ class _Plan:
         decay = np.exp(-lam_p)[row]
         a0 = self.a0[idx][row]
         drift = ((n_p * law.centre[pr].astype(np.int64) - self.first[idx]) % period_p)[row]
-        one_minus_z = (-np.expm1(-lam_p)[row] + 2 * decay * half_sin2) + 1j * decay * sin_t
-        z = decay * (cos_t - 1j * sin_t)
-        ghat = np.exp(-lam_p * self.a0[idx])[row] * (a0 + (1 - a0) * z) / one_minus_z**2
+        # Ghat = e^(-lambda a0) N / w^2 with N = a0 + (1 - a0) z, w = 1 - z (w = w_re + i w_im, the
+        # real part by expm1 and sin^2: no cancellation near theta = 0), in real arithmetic as
+        # N conj(w^2) / |w|^4: a dozen roundings, each within a few U of |N| |w|^2 (inside the
+        # 32 U below; the complex operations cost 4 times as much)
+        w_re, w_im = -np.expm1(-lam_p)[row] + 2 * decay * half_sin2, decay * sin_t
+        n_re, n_im = a0 + (1 - a0) * (decay * cos_t), -(1 - a0) * (decay * sin_t)
+        sq_re, sq_im, w_abs2 = w_re * w_re - w_im * w_im, 2 * w_re * w_im, w_re * w_re + w_im * w_im
+        scale = np.exp(-lam_p * self.a0[idx])[row] / (w_abs2 * w_abs2)
+        ghat_re, ghat_im = (n_re * sq_re + n_im * sq_im) * scale, (n_im * sq_re - n_re * sq_im) * scale
         total_phase = n * arg + 2 * np.pi * ((k * drift) % period) / periodf
         size = np.exp(n * log_abs) / periodf  # |psi|^n / K
-        real = size * (ghat.real * np.cos(total_phase) - ghat.imag * np.sin(total_phase))
+        real = size * (ghat_re * np.cos(total_phase) - ghat_im * np.sin(total_phase))
         weight = np.where((k == 0) | (2 * k == period), 1.0, 2.0)
         value = np.bincount(row, weight * real, idx.size)
         rel_err = (n * psi_err[row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
-                   + 16 * U / np.abs(one_minus_z) + 32 * U)
-        term_abs = size * np.abs(ghat)
+                   + 16 * U / np.sqrt(w_abs2) + 32 * U)
+        term_abs = size * np.hypot(ghat_re, ghat_im)
         fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
         return value, fp + self._dropped(idx)
 
