@@ -213,7 +213,10 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
         log_inside = (log_step > lo) & (log_step < hi)
         fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), 2 * lam + scale)
         new = np.where(reachable, np.where(inside, step, np.where(log_inside, log_step, fallback)), 0.0)
-        done = np.abs(new - lam) <= rtol * np.maximum(lam, 1e-300)  # rows stop once they converge
+        # rows stop once they converge, or once Newton's own step is that small (at a mean equal
+        # to the target to the last bit the bracket closes on lambda and only bisection is left)
+        tol = rtol * np.maximum(lam, 1e-300)
+        done = (np.abs(new - lam) <= tol) | (reachable & (np.abs(step - lam) <= tol))
         if np.all(done):
             break
         lam = np.where(done, lam, new)
