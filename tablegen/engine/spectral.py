@@ -82,7 +82,7 @@ FAR_ROWS = 64
 GROUP_PHASE_ERR = 5 * FAR_SPLIT * U  # the phase recurrence of _Lattice._pair_abs_psi over a group (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 CHERNOFF_GRID = 24  # mu values of the Chernoff table (any is valid): 48 cost 9% of a Laplace slice, same to 2.7e-5
-SADDLE_RTOL = 1e-9  # lambda only centres the tilted law (any lambda certifies): 1e-12 cost twice the iterations
+SADDLE_RTOL = 1e-9  # lambda only centres the tilted law (any lambda certifies)
 FLOOR_Z = 2.0  # lambda is at least FLOOR_Z / sd(S') (per n-octave): keeps the period near 20 sd(S')
 # theta where the split bound B is tabulated (B(0) = 1); it only decides which far cells are
 # refined and summed (cost; values only through the e^-40 bound on dropped nodes): 65 points
