@@ -1,4 +1,4 @@
-"""Certified upper bounds on E[(G_1 + ... + G_n)_+] for many (eps, n) at once, with no FFT.
+"""Certified upper bounds on E[(G_1 + ... + G_n)_+] for many (eps, n) at once, with no FFT per n.
 
 Same certified steps as ``fourier.py`` (docs/engine.md), evaluated by Parseval instead of an
 inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities in lattice units.
@@ -41,10 +41,14 @@ inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities
    Lattice points shared by several atoms (atoms closer than a cell, e.g. the Laplace law) are
    merged first, so every sum runs over distinct points; psi itself is summed in pair form,
    psi(theta) = sum_q e^(i theta y_q) (a_q + b_q e^(i theta)) over the atoms' lower cells y_q
-   (the two cells of a split atom share one phase): half the cosines and sines for k-RR.
+   (the two cells of a split atom share one phase): half the cosines and sines for k-RR.  Where
+   an evaluation sums most nodes of its period (the lattice-anchored laws; periods up to
+   SMALL_PERIOD sum all of them), psi at every node comes from one real FFT of the weights
+   folded mod K instead (``_Lattice.spectrum``; K is raised to a 2-3-5-smooth length).
 5. Floating point: every live term carries a relative error bound (the power n log psi, the
-   phases, Ghat) that is added with a safety factor, and the final exp carries n times the
-   error bound of Lambda; coordinates and the shift c are pushed up by their error bounds.
+   phases or the FFT, Ghat) that is added with a safety factor, and the final exp carries n
+   times the error bound of Lambda; coordinates and the shift c are pushed up by their error
+   bounds.
 
 The result is an upper bound on delta = step E[(S + c)_+] / n, or NaN when an evaluation needs
 more than ``MAX_NODES`` nodes (the caller then uses the FFT path).  Lower bounds are not
