@@ -75,6 +75,7 @@ ALIAS_LOG = 15.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 2**18  # lattice-anchored laws (few users off the heaviest atom; psi by one FFT): FFT path beyond
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
+ROW_KEY = 2**20  # law rows per lattice stay below this (``_combo_key``)
 SMALL_PERIOD = 2048  # periods up to this sum every node (psi from one FFT): no far cells to bound
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
 RESOLUTION = 20.0
@@ -661,24 +662,25 @@ class _Plan:
         """Which pairs take psi from their (law row, period)'s spectrum: where the pair form's
         cost of all their nodes exceeds the FFT's."""
         nodes = np.bincount(row, minlength=pr.size)
-        combos, combo = np.unique(np.stack([pr, period_p]), axis=1, return_inverse=True)
-        combo = combo.ravel()
-        pair_cost = PAIR_NS * self.law.pair_base.shape[1] * np.bincount(combo, nodes, combos.shape[1])
-        fft_cost = FFT_NS * combos[1] * np.log2(np.maximum(combos[1], 2))
+        keys, combo = np.unique(_combo_key(pr, period_p), return_inverse=True)
+        period = _split_key(keys)[1]
+        pair_cost = PAIR_NS * self.law.pair_base.shape[1] * np.bincount(combo, nodes, keys.size)
+        fft_cost = FFT_NS * period * np.log2(np.maximum(period, 2))
         return (pair_cost > fft_cost)[combo]
 
     def _spectrum_nodes(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray,
                         fft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """psi at the nodes (``row``, ``k``) of the pairs ``fft`` from one spectrum per (law row,
         period), those of one period in one FFT; and the error bound of each such pair."""
-        combos, combo = np.unique(np.stack([pr[fft], period_p[fft]]), axis=1, return_inverse=True)
-        length = combos[1] // 2 + 1
+        keys, combo = np.unique(_combo_key(pr[fft], period_p[fft]), return_inverse=True)
+        law_row, period = _split_key(keys)
+        length = period // 2 + 1
         offset = np.cumsum(length) - length
-        table, err = np.empty(int(length.sum()), dtype=complex), np.empty(combos.shape[1])
-        for period in np.unique(combos[1]):
-            which = np.flatnonzero(combos[1] == period)
-            psi, err[which] = self.law.spectrum(combos[0, which], int(period))
-            table[(offset[which, None] + np.arange(psi.shape[1])).ravel()] = psi.ravel()
+        table, err = np.empty(int(length.sum()), dtype=complex), np.empty(keys.size)
+        bounds = np.flatnonzero(np.diff(period, prepend=-1, append=-1))  # runs of one period (keys sorted)
+        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+            psi, err[first:last] = self.law.spectrum(law_row[first:last], int(period[first]))
+            table[offset[first] : offset[first] + psi.size] = psi.ravel()
         pair_combo = np.zeros(pr.size, dtype=np.int64)
         pair_combo[fft] = combo.ravel()
         return table[offset[pair_combo[row]] + k], err[combo.ravel()]
@@ -756,6 +758,17 @@ def ramp(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., c - 1 for each c of ``counts``, concatenated."""
     total = np.arange(int(np.sum(counts)))
     return total - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _combo_key(law_row: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """One int64 per (law row, period), ordered by period, then row (period * 2^20 + row: periods
+    <= MAX_PERIOD and fewer than 2^20 law rows keep it below 2^50)."""
+    return period.astype(np.int64) * ROW_KEY + law_row
+
+
+def _split_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(law row, period) of ``_combo_key`` values."""
+    return key % ROW_KEY, key // ROW_KEY
 
 
 def _smooth_periods(period: np.ndarray) -> np.ndarray:
