@@ -417,15 +417,18 @@ def _refine(a: float, da: float, b: float, db: float, delta: float, rtol: float,
     return np.unique(points[(points > a) & (points < b)])
 
 
-def chord_eps(a: float, da: float, b: float, db: float, delta: float) -> float:
-    """eps where the chord from (e^a, da) to (e^b, db) in (alpha, delta) meets delta (<= b).
+def chord_eps(a: Any, da: Any, b: Any, db: Any, delta: Any) -> Any:
+    """eps where the chord from (e^a, da) to (e^b, db) in (alpha, delta) meets delta (<= b; b
+    where da is not finite or not above db); floats or arrays (elementwise).
 
     Pushed up by a relative 1e-12 for the rounding of these few operations."""
-    if not math.isfinite(da) or da <= db:
-        return b
-    alpha_a, alpha_b = math.exp(a), math.exp(b)
-    alpha = alpha_a + (da - delta) * (alpha_b - alpha_a) / (da - db)
-    return min(b, math.log(alpha) * (1 + 1e-12) + 1e-300)
+    a, da, b, db, delta = (np.asarray(x, dtype=float) for x in (a, da, b, db, delta))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        alpha_a, alpha_b = np.exp(a), np.exp(b)
+        alpha = alpha_a + (da - delta) * (alpha_b - alpha_a) / (da - db)
+        chord = np.minimum(b, np.log(alpha) * (1 + 1e-12) + 1e-300)
+    out = np.where(np.isfinite(da) & (da > db), chord, b)
+    return float(out) if out.ndim == 0 else out
 
 
 def _eps_lower(q: Query, delta: float, eps_upper: float, rtol: float) -> float:

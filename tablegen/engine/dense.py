@@ -272,9 +272,7 @@ class _Ladder:
         """Where the chord through the bracket's upper points meets delta (the floor where the
         last ladder point itself certifies)."""
         d_ok, d_fail = self.values(ok, i), self.values(fail, i)
-        return np.array([chord_eps(float(self.eps[f]), float(df), float(self.eps[o]), float(do), float(dl))
-                         if df > dl else float(self.eps[f])
-                         for o, f, do, df, dl in zip(ok, fail, d_ok, d_fail, delta, strict=True)])
+        return np.where(d_fail > delta, chord_eps(self.eps[fail], d_fail, self.eps[ok], d_ok, delta), self.eps[fail])
 
     def close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
                fail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
