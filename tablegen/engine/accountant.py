@@ -391,9 +391,10 @@ def _near_top(points: np.ndarray, eps0: float, rtol: float) -> np.ndarray:
 
 def _extrapolated(points: np.ndarray, values: np.ndarray, delta: float, floor: float) -> np.ndarray:
     """Where log delta, linear in eps through the two points (both on one side of delta,
-    decreasing), meets delta beyond them, with points 0.1%, 0.3% and 1% either side (the curvature over a guess
-    off by 10% moves it by ~0.2%; none where the values do not decrease)."""
-    if not values[0] > values[1] > 0:
+    decreasing), meets delta beyond them, with points 0.1%, 0.3% and 1% either side (the
+    curvature over a guess off by 10% moves it by ~0.2%); none where the values are not finite
+    and decreasing."""
+    if not (np.all(np.isfinite(values)) and values[0] > values[1] > 0):
         return np.zeros(0)
     centre = points[0] - (points[1] - points[0]) * math.log(delta / values[0]) / math.log(values[0] / values[1])
     return np.maximum(centre * (1 + np.array([-1e-2, -3e-3, -1e-3, 1e-3, 3e-3, 1e-2])), floor)

@@ -113,6 +113,21 @@ def test_single_user_gets_no_amplification_below_eps0():
     assert 1.0 * (1 - 1e-3) <= eps <= 1.0
 
 
+@pytest.mark.parametrize("name,params,eps0,n,delta", [
+    ("krr", {"k": 2}, 8.0, 10**4, 1e-12), ("hr", {}, 8.0, 100, 1e-8), ("laplace", {}, 5.0, 100, 1e-6),
+    ("hr", {}, 2.0, 100, 1e-12), ("krr", {"k": 10}, 8.0, 100, 1e-6),
+])
+def test_answers_near_eps0_are_tight(name, params, eps0, n, delta):
+    """Small n, large eps0 (delta drops to 0 at eps0 and log delta bends down): the answer is
+    certified and within the search's rtol of the crossing, from either side: eps0 only where
+    even eps0 (1 - 2 rtol) is not certified (fails if the search gave up near eps0, or answered
+    eps0 where a smaller eps certifies)."""
+    eps = eps_bounds(name, eps0=eps0, n=n, delta=delta, lower=False, **params).upper
+    assert delta_bounds(name, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta
+    below = eps * (1 - 2e-4)
+    assert delta_bounds(name, eps0=eps0, n=n, eps=below, lower=False, **params).upper > delta
+
+
 # --------------------------------------------------------------------------- delta(eps)
 
 
