@@ -366,7 +366,7 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
             continue
         if b == q.eps0 and above.all():  # nothing tried certifies: look higher
             extra = _extrapolated(points[-2:], values[-2:], delta, floor)
-            points = np.geomspace(points.max(), min(q.eps0, points.max() * 100), SEARCH_POINTS)
+            points = _higher(points.max(), q.eps0)
             points = _near_top(np.unique(np.append(points, extra[extra < q.eps0])), q.eps0, rtol)
             continue
         points = _refine(a, da, b, db, delta, rtol, q.eps0)
@@ -378,6 +378,17 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
     if chord < b and q.delta_upper(chord) <= delta:  # certified by convexity and by evaluation
         return min(q.eps0, chord)
     return min(q.eps0, b)
+
+
+def _higher(start: float, eps0: float) -> np.ndarray:
+    """Points above ``start`` up to 100 times it: geometric in eps, and where that reaches
+    eps0 half of them geometric in eps0 - eps down to 1e-4 of it instead (delta drops to 0 at
+    eps0, so an answer near eps0 is within a few 1e-3 of it)."""
+    if start * 100 < eps0:
+        return np.geomspace(start, start * 100, SEARCH_POINTS)
+    half = SEARCH_POINTS // 2
+    return np.unique(np.concatenate([np.geomspace(start, eps0, half + 1)[:-1],
+                                     eps0 - (eps0 - start) * np.geomspace(1.0, 1e-4, half + 1)[1:]]))
 
 
 def _near_top(points: np.ndarray, eps0: float, rtol: float) -> np.ndarray:
