@@ -615,7 +615,11 @@ class _Plan:
         # Ghat = e^(-lambda a0) N / w^2 with N = a0 + (1 - a0) z, w = 1 - z (w = w_re + i w_im, the
         # real part by expm1 and sin^2: no cancellation near theta = 0), in real arithmetic as
         # N conj(w^2) / |w|^4: a dozen roundings, each within a few U of |N| |w|^2 (inside the
-        # 32 U below; the complex operations cost 4 times as much)
+        # 32 U below; the complex operations cost 4 times as much).  N itself can cancel (at
+        # theta = pi when a0 = (1 - a0) e^-lambda): its absolute error, <= 3 U (a0 + (1 - a0)
+        # e^-lambda) <= 3 U, costs each term at most 4 U (|psi|^n / K) e^(-lambda a0) / |w|^2,
+        # and |w| >= 1 - e^-lambda, sum_k weight |psi|^n / K <= 2.01: added once per pair
+        # (``n_err``, 9 U e^(-lambda a0) / (1 - e^-lambda)^2)
         w_re, w_im = -np.expm1(-lam_p)[row] + 2 * decay * half_sin2, decay * sin_t
         n_re, n_im = a0 + (1 - a0) * (decay * cos_t), -(1 - a0) * (decay * sin_t)
         sq_re, sq_im, w_abs2 = w_re * w_re - w_im * w_im, 2 * w_re * w_im, w_re * w_re + w_im * w_im
@@ -629,7 +633,8 @@ class _Plan:
         rel_err = (n * psi_err[row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
                    + 16 * U / np.sqrt(w_abs2) + 32 * U)
         term_abs = size * np.hypot(ghat_re, ghat_im)
-        fp = FP_SAFETY * np.bincount(row, weight * term_abs * rel_err, idx.size)
+        n_err = 9 * U * np.exp(-lam_p * self.a0[idx]) / np.expm1(-lam_p) ** 2
+        fp = FP_SAFETY * (np.bincount(row, weight * term_abs * rel_err, idx.size) + n_err)
         return value, fp + self._dropped(idx)
 
     def _psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
