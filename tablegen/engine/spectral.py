@@ -618,8 +618,9 @@ class _Plan:
         # 32 U below; the complex operations cost 4 times as much).  N itself can cancel (at
         # theta = pi when a0 = (1 - a0) e^-lambda): its absolute error, <= 3 U (a0 + (1 - a0)
         # e^-lambda) <= 3 U, costs each term at most 4 U (|psi|^n / K) e^(-lambda a0) / |w|^2,
-        # and |w| >= 1 - e^-lambda, sum_k weight |psi|^n / K <= 2.01: added once per pair
-        # (``n_err``, 9 U e^(-lambda a0) / (1 - e^-lambda)^2)
+        # and |w| >= 1 - e^-lambda, sum_k weight |psi|^n / K <= 1.01 (the weights sum to K, and
+        # |psi| <= sum w <= 1 + P U): added once per pair (``n_err``, 9 U e^(-lambda a0) /
+        # (1 - e^-lambda)^2, twice that)
         w_re, w_im = -np.expm1(-lam_p)[row] + 2 * decay * half_sin2, decay * sin_t
         n_re, n_im = a0 + (1 - a0) * (decay * cos_t), -(1 - a0) * (decay * sin_t)
         sq_re, sq_im, w_abs2 = w_re * w_re - w_im * w_im, 2 * w_re * w_im, w_re * w_re + w_im * w_im
