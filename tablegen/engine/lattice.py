@@ -163,11 +163,15 @@ def saddlepoint(law: AtomLaw, target: float = 0.0) -> float:
     return root(lambda lam: -tilted_mean(lam), 0.0, hi)
 
 
+def log_probs(probs: np.ndarray) -> np.ndarray:
+    """log of the probabilities, -inf where one is 0 (no warning)."""
+    with np.errstate(divide="ignore"):
+        return np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
+
+
 def tilted_log_weights(points: np.ndarray, probs: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """log of the Esscher-tilted weights and log M(lambda), row-wise (log-sum-exp)."""
-    with np.errstate(divide="ignore"):
-        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
-    expo = logp + lam[:, None] * points
+    expo = log_probs(probs) + lam[:, None] * points
     top = np.max(expo, axis=1, keepdims=True)
     log_m = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
     return expo - log_m[:, None], log_m
@@ -181,8 +185,7 @@ def saddlepoint_rows(points: np.ndarray, probs: np.ndarray, target: np.ndarray, 
 
     Any lambda keeps the tilting identity exact; this one only centres the tilted law.
     """
-    with np.errstate(divide="ignore"):
-        logp = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf)
+    logp = log_probs(probs)  # once: the iterations only change lambda
 
     def moments(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         expo = logp + lam[:, None] * points

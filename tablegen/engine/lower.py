@@ -47,6 +47,7 @@ from scipy.special import erfc
 
 from tablegen.decomposition import Decomposition
 from tablegen.engine import spectral
+from tablegen.engine.lattice import log_probs, tilted_log_weights
 
 U = spectral.U
 TAIL_LOG = spectral.TAIL_LOG
@@ -87,7 +88,7 @@ def chernoff_upper(d: Decomposition, eps: np.ndarray, n: int) -> np.ndarray:
     sd = np.sqrt(np.maximum(np.var(values, axis=2, where=probs > 0), 1e-300))
     mu = np.geomspace(1e-7, 1e2, 120)[None, :, None] / sd[:, :, None]
     with np.errstate(divide="ignore", over="ignore"):
-        expo = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf) + mu * values
+        expo = log_probs(probs) + mu * values
         top = np.max(expo, axis=2, keepdims=True)
         log_m = top[..., 0] + np.log(np.sum(np.exp(expo - top), axis=2))
         log_bound = n * log_m - np.log(np.e * mu[..., 0]) - np.log(n)
@@ -106,11 +107,8 @@ class _Atoms:
         offset = law.ratio[:, None] * step
         x = (u - alpha * v - offset) / step
         lam = law.lam[:, None]
-        with np.errstate(divide="ignore"):
-            expo = np.where(probs > 0, np.log(np.where(probs > 0, probs, 1.0)), -np.inf) + lam * x
-        top = np.max(expo, axis=1, keepdims=True)
-        self.log_mgf = top[:, 0] + np.log(np.sum(np.exp(expo - top), axis=1))
-        w = np.exp(expo - self.log_mgf[:, None])
+        logw, self.log_mgf = tilted_log_weights(x, probs, law.lam)
+        w = np.exp(logw)
         mean = np.sum(w * x, axis=1)
         dev = x - mean[:, None]
         var, mu4 = np.sum(w * dev**2, axis=1), np.sum(w * dev**4, axis=1)
