@@ -75,7 +75,6 @@ ALIAS_LOG = 12.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 2**18  # lattice-anchored laws (few users off the heaviest atom; psi by one FFT): FFT path beyond
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
-ROW_KEY = 2**20  # law rows per lattice stay below this (``_combo_key``)
 SMALL_PERIOD = 2048  # periods up to this sum every node (psi from one FFT): no far cells to bound
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
 RESOLUTION = 20.0
@@ -624,7 +623,8 @@ class _Plan:
         w_re, w_im = -np.expm1(-lam_p)[row] + 2 * decay * half_sin2, decay * sin_t
         n_re, n_im = a0 + (1 - a0) * (decay * cos_t), -(1 - a0) * (decay * sin_t)
         sq_re, sq_im, w_abs2 = w_re * w_re - w_im * w_im, 2 * w_re * w_im, w_re * w_re + w_im * w_im
-        scale = np.exp(-lam_p * self.a0[idx])[row] / (w_abs2 * w_abs2)
+        ghat_scale = np.exp(-lam_p * self.a0[idx])  # e^(-lambda a0), per pair
+        scale = ghat_scale[row] / (w_abs2 * w_abs2)
         ghat_re, ghat_im = (n_re * sq_re + n_im * sq_im) * scale, (n_im * sq_re - n_re * sq_im) * scale
         total_phase = n * arg + 2 * np.pi * ((k * drift) % period) / periodf
         size = np.exp(n * log_abs) / periodf  # |psi|^n / K
@@ -634,7 +634,7 @@ class _Plan:
         rel_err = (n * psi_err[row] / abs_psi + 4 * U * (n * np.abs(log_abs) + n * np.abs(arg) + 8.0)
                    + 16 * U / np.sqrt(w_abs2) + 32 * U)
         term_abs = size * np.hypot(ghat_re, ghat_im)
-        n_err = 9 * U * np.exp(-lam_p * self.a0[idx]) / np.expm1(-lam_p) ** 2
+        n_err = 9 * U * ghat_scale / np.expm1(-lam_p) ** 2
         fp = FP_SAFETY * (np.bincount(row, weight * term_abs * rel_err, idx.size) + n_err)
         return value, fp + self._dropped(idx)
 
@@ -668,8 +668,9 @@ class _Plan:
         """Which pairs take psi from their (law row, period)'s spectrum: where the pair form's
         cost of all their nodes exceeds the FFT's."""
         nodes = np.bincount(row, minlength=pr.size)
-        keys, combo = np.unique(_combo_key(pr, period_p), return_inverse=True)
-        period = _split_key(keys)[1]
+        rows = self.law.lam.size
+        keys, combo = np.unique(period_p * rows + pr, return_inverse=True)  # by period, then law row
+        period = keys // rows
         pair_cost = PAIR_NS * self.law.pair_base.shape[1] * np.bincount(combo, nodes, keys.size)
         fft_cost = FFT_NS * period * np.log2(np.maximum(period, 2))
         return (pair_cost > fft_cost)[combo]
@@ -678,8 +679,9 @@ class _Plan:
                         fft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """psi at the nodes (``row``, ``k``) of the pairs ``fft`` from one spectrum per (law row,
         period), those of one period in one FFT; and the error bound of each such pair."""
-        keys, combo = np.unique(_combo_key(pr[fft], period_p[fft]), return_inverse=True)
-        law_row, period = _split_key(keys)
+        rows = self.law.lam.size
+        keys, combo = np.unique(period_p[fft] * rows + pr[fft], return_inverse=True)  # as in _by_fft
+        law_row, period = keys % rows, keys // rows
         length = period // 2 + 1
         offset = np.cumsum(length) - length
         table, err = np.empty(int(length.sum()), dtype=complex), np.empty(keys.size)
@@ -764,17 +766,6 @@ def ramp(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., c - 1 for each c of ``counts``, concatenated."""
     total = np.arange(int(np.sum(counts)))
     return total - np.repeat(np.cumsum(counts) - counts, counts)
-
-
-def _combo_key(law_row: np.ndarray, period: np.ndarray) -> np.ndarray:
-    """One int64 per (law row, period), ordered by period, then row (period * 2^20 + row: periods
-    <= MAX_PERIOD and fewer than 2^20 law rows keep it below 2^50)."""
-    return period.astype(np.int64) * ROW_KEY + law_row
-
-
-def _split_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(law row, period) of ``_combo_key`` values."""
-    return key % ROW_KEY, key // ROW_KEY
 
 
 def _smooth_periods(period: np.ndarray) -> np.ndarray:
