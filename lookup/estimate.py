@@ -14,8 +14,6 @@ interpolant of the whole axis.  Pure numpy, vectorised over queries.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from lookup.rules import Rows
@@ -34,7 +32,7 @@ def lower_ratio(table: Table, row: int, eps0: float, n: float, delta: float) -> 
     """Estimated ratio of the engine's lower bound to its certified eps at a query: the table's
     lower / upper at the nearest grid point where lower bounds were computed (spec setting
     ``lower_every``; in log eps0, log n and log delta), capped at 1; NaN where the table has none."""
-    every = json.loads(table.attrs.get("certification", "{}")).get("lower_every")
+    every = table.lower_every
     if not every:
         return float("nan")
     e = _nearest_multiple(table.eps0, eps0, every[0])

@@ -21,6 +21,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,12 @@ class Table:
         self.axis_lists = (self.eps0.tolist(), self.n.tolist(), self.delta.tolist())  # for bisect
         self._rows = {(f, canonical_params(p)): i for i, (f, p) in enumerate(zip(self.families, self.params,
                                                                                   strict=True))}
+
+    @cached_property
+    def lower_every(self) -> list[int] | None:
+        """Spec setting ``lower_every`` (the eps0 and n strides of the grid points that carry
+        lower bounds), from the certification attribute: parsed once per table."""
+        return json.loads(self.attrs.get("certification", "{}")).get("lower_every")
 
     def row(self, family: str, params: dict[str, Any]) -> int | None:
         """Index of the row of ``family`` with exactly these parameters, None if absent."""
