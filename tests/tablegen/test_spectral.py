@@ -176,6 +176,15 @@ def test_lower_slice_steps_over_declines_at_a_coarse_resolution():
     assert live.lower * 0.99 <= lower[0, 0] <= live.upper
 
 
+def _psi_extended(law: spectral_path._Lattice, rows: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """psi of law row ``rows[i]`` at ``theta[i]``, summed in extended precision (the reference
+    the computed forms are held to)."""
+    x = (law.points[rows] - law.centre[rows, None]).astype(np.longdouble)
+    w = law.weights[rows].astype(np.longdouble)
+    angle = theta.astype(np.longdouble)[:, None] * x
+    return np.sum(w * np.cos(angle), axis=1) + 1j * np.sum(w * np.sin(angle), axis=1)
+
+
 def _laplace_lattice() -> spectral_path._Lattice:
     d = _decomposition("laplace", {}, 4.0)
     eps = np.array([0.05, 0.2, 0.8])
@@ -192,10 +201,7 @@ def test_dense_form_of_psi_within_its_error_bound():
     theta = np.random.default_rng(5).uniform(0.0, np.pi, 400)
     rows = np.resize(eligible, theta.size)
     got = law.horner(rows, np.cos(theta), np.sin(theta))
-    x = (law.points[rows] - law.centre[rows, None]).astype(np.longdouble)
-    angle = theta.astype(np.longdouble)[:, None] * x
-    w = law.weights[rows].astype(np.longdouble)
-    exact = np.sum(w * np.cos(angle), axis=1) + 1j * np.sum(w * np.sin(angle), axis=1)
+    exact = _psi_extended(law, rows, theta)
     assert np.all(np.abs(got - exact.astype(complex)) <= law.psi_err[rows])
     assert np.max(np.abs(got - exact.astype(complex))) > 0  # compared, not trivially equal
 
@@ -235,10 +241,7 @@ def test_split_bound_covers_psi_beyond_each_grid_point(name, params, eps0):
     theta = np.random.default_rng(6).uniform(0.0, np.pi, 500)
     below = np.searchsorted(spectral_path.SPLIT_GRID, theta, side="right") - 1
     for row in range(eps.size):
-        x = (law.points[row] - law.centre[row]).astype(np.longdouble)
-        w = law.weights[row].astype(np.longdouble)
-        angle = theta.astype(np.longdouble)[:, None] * x
-        exact = np.hypot(np.sum(w * np.cos(angle), axis=1), np.sum(w * np.sin(angle), axis=1))
+        exact = np.abs(_psi_extended(law, np.full(theta.size, row), theta))
         assert np.all(np.exp(law.log_split[row, below]) >= exact.astype(float))
         assert np.all(np.diff(law.log_split[row]) <= 0)
 
@@ -286,10 +289,7 @@ def test_far_cells_tile_and_bound_psi(name, params, eps0, n):
         np.testing.assert_allclose(s[1:], (s + h)[:-1], rtol=1e-12, atol=0)
         theta = rng.uniform(law.theta1[row], np.pi, 2000)
         cell = np.searchsorted(s, theta, side="right") - 1
-        x = (law.points[row] - law.centre[row]).astype(np.longdouble)
-        w = law.weights[row].astype(np.longdouble)
-        angle = theta.astype(np.longdouble)[:, None] * x
-        exact = np.hypot(np.sum(w * np.cos(angle), axis=1), np.sum(w * np.sin(angle), axis=1))
+        exact = np.abs(_psi_extended(law, np.full(theta.size, row), theta))
         assert np.all(b[cell] >= exact.astype(float))
 
 
