@@ -33,6 +33,7 @@ import math
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ AXES = ("eps0", "n", "delta")
 METHODS = ("curve", "slice")
 MAX_PER_DECADE = 1000
 MAX_POINTS = 100_000
+_EXACT = Context(prec=40)  # decimal digits for axis values: far past float's 17, so one rounding decides
+_COUNT_SLACK = Decimal("1e-9")  # a stop meant to be on the axis (1e9 from 1e2 at 50 per decade) stays on it
 
 
 class SpecError(ValueError):
@@ -77,9 +80,10 @@ class Spec:
     delta: np.ndarray
     settings: dict[str, Any] = field(default_factory=dict)
     source: str = "<spec>"
+    axes_written: dict[str, Any] = field(default_factory=dict)  # the [axes] table as written (parsed TOML)
 
     def canonical(self) -> dict[str, Any]:
-        """JSON-ready content (what the hash covers)."""
+        """JSON-ready content with the expanded axes (recorded in a table's ``spec`` attribute)."""
         return {
             "title": self.title,
             "mechanisms": [{"family": r.family, **r.params} for r in self.rows],
@@ -90,7 +94,11 @@ class Spec:
         }
 
     def digest(self) -> str:
-        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        """SHA-256 of the spec's canonical text: title, mechanism rows, the axes as written (numbers
+        as parsed from TOML, which every machine reads alike) and the settings; never of generated
+        floats, so a table built on one machine is up to date on another."""
+        content = {**self.canonical(), **{name: self.axes_written.get(name) for name in AXES}}
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     @property
@@ -157,7 +165,7 @@ def spec_from_dict(raw: dict[str, Any], source: str = "<spec>") -> Spec:
     settings = _settings(raw.get("settings", {}), fail)
     rows = _rows(raw.get("mechanism"), values["eps0"], fail)
     return Spec(str(raw.get("title", "shuffle-eps table")), rows, values["eps0"], values["n"],
-                values["delta"], settings, source)
+                values["delta"], settings, source, {name: axes[name] for name in AXES})
 
 
 def parse_axis(value: Any, key: str, source: str) -> np.ndarray:
@@ -169,29 +177,38 @@ def _axis(value: Any, key: str, fail: Any) -> np.ndarray:
     if value is None:
         raise fail(key, "missing axis")
     if isinstance(value, dict):
-        axis = _segment(value, key, fail)
+        exact = _segment(value, key, fail)
     elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        axis = np.concatenate([_segment(v, f"{key}[{i}]", fail) for i, v in enumerate(value)])
+        exact = [x for i, v in enumerate(value) for x in _segment(v, f"{key}[{i}]", fail)]
     elif isinstance(value, list):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise fail(key, "axis values must be numbers")
         if key == "axes.n" and not all(float(v).is_integer() for v in value):
             raise fail(key, f"explicit n values must be integers, got {value}")
-        axis = np.asarray(value, dtype=float)
+        exact = [Decimal(repr(v)) for v in value]
     else:
         raise fail(key, "an axis is a list of numbers, {start, stop, per_decade}, {start, stop, step} "
                    "or a list of such segments")
-    if axis.size == 0:
+    if not exact:
         raise fail(key, "empty axis")
-    if not np.all(np.isfinite(axis)):
+    if not all(x.is_finite() for x in exact):
         raise fail(key, "axis values must be finite")
-    if np.any(np.diff(axis) <= 0):
+    if any(b <= a for a, b in itertools.pairwise(exact)):
         raise fail(key, "axis must be strictly ascending")
-    return axis
+    if key == "axes.n":  # a count: each exact value rounded to the nearest integer (ties to even), once;
+        exact = [x.to_integral_value(ROUND_HALF_EVEN) for x in exact]  # _check_domain merges repeats
+    return np.array([float(x) for x in exact])  # Decimal -> float is correctly rounded
 
 
-def _segment(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
-    """Geometric {start, stop, per_decade} or linear {start, stop, step}; stop is included."""
+def _segment(value: dict[str, Any], key: str, fail: Any) -> list[Decimal]:
+    """Geometric {start, stop, per_decade} or linear {start, stop, step}; stop is included.
+
+    Exact arithmetic: each value is computed in decimal (``_EXACT``, 40 digits) from the numbers
+    as written (``Decimal(repr(x))``: 1e-12 is 10^-12, not its binary neighbour), so
+    start * 10^(i / per_decade) and start + i * step are the same numbers on every machine; they
+    are rounded to float once, by ``_axis`` (correctly rounded).  Floating-point powers rounded
+    differently across numpy builds (3.162277660168379e-10 against ...795e-10), which changed a
+    table's axes, and so its spec hash, from one machine to the next."""
     kind = "per_decade" if "per_decade" in value else "step"
     if set(value) != {"start", "stop", kind}:
         raise fail(key, "a segment has exactly the keys start, stop and per_decade (geometric) or step (linear)")
@@ -200,16 +217,19 @@ def _segment(value: dict[str, Any], key: str, fail: Any) -> np.ndarray:
         raise fail(key, f"start, stop and {kind} must be numbers")
     if not (0 < start < stop and math.isfinite(stop)):
         raise fail(key, f"need 0 < start < stop, got start={start}, stop={stop}")
-    if kind == "per_decade":
-        if not 0 < density <= MAX_PER_DECADE:
-            raise fail(key, f"per_decade must be in (0, {MAX_PER_DECADE}], got {density}")
-        count = math.floor(density * math.log10(stop / start) + 1e-9)
-        axis = start * 10.0 ** (np.arange(count + 1) / density)
-    else:
-        if not (0 < density and (stop - start) / density <= MAX_POINTS):
-            raise fail(key, f"step must be > 0 with at most {MAX_POINTS} points, got step={density}")
-        axis = start + density * np.arange(math.floor((stop - start) / density + 1e-9) + 1)
-    return axis if axis[-1] >= stop * (1 - 1e-12) else np.append(axis, float(stop))
+    with localcontext(_EXACT):
+        first, last, step = (Decimal(repr(v)) for v in (start, stop, density))
+        if kind == "per_decade":
+            if not 0 < density <= MAX_PER_DECADE:
+                raise fail(key, f"per_decade must be in (0, {MAX_PER_DECADE}], got {density}")
+            count = int(step * (last / first).log10() + _COUNT_SLACK)
+            axis = [first * Decimal(10) ** (Decimal(i) / step) for i in range(count + 1)]
+        else:
+            if not (0 < density and (stop - start) / density <= MAX_POINTS):
+                raise fail(key, f"step must be > 0 with at most {MAX_POINTS} points, got step={density}")
+            count = int((last - first) / step + _COUNT_SLACK)
+            axis = [first + i * step for i in range(count + 1)]
+        return axis if axis[-1] >= last * (1 - _COUNT_SLACK) else [*axis, last]
 
 
 def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tablegen import store
+from tablegen.build import header
 from tablegen.spec import SpecError, load_spec
 
 GOOD = """
@@ -108,3 +114,57 @@ def test_matrix_parameter_is_one_value(tmp_path: Path) -> None:
     text = GOOD.replace('family = "olh"\ng = 3', 'family = "finite"\nmatrix = [[0.6, 0.4], [0.4, 0.6]]')
     spec = load_spec(write(tmp_path, text))
     assert spec.rows[-1].params == {"matrix": [[0.6, 0.4], [0.4, 0.6]]}
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def correctly_rounded_power_of_ten(numerator: int, denominator: int) -> float:
+    """The float nearest 10^(numerator / denominator), by integer arithmetic alone: the candidate
+    from floats is moved until it is the nearest double (x^denominator compared with 10^numerator
+    exactly, as fractions), independent of any float power or decimal module."""
+    target = Fraction(10) ** numerator
+
+    def above(x: Fraction) -> bool:  # x > 10^(numerator / denominator)
+        return x ** denominator > target
+
+    x = 10.0 ** (numerator / denominator)
+    while True:
+        down, up = math.nextafter(x, 0), math.nextafter(x, math.inf)
+        if above((Fraction(x) + Fraction(down)) / 2):
+            x = down  # the true value lies below the midpoint between x and its lower neighbour
+        elif not above((Fraction(x) + Fraction(up)) / 2):
+            x = up
+        else:
+            return x
+
+
+def test_geometric_axes_are_the_exact_values_rounded_once() -> None:
+    spec = load_spec(ROOT / "workflows" / "default.toml")
+    # delta = 1e-12 * 10^(i / 2) = 10^((i - 24) / 2): half-decades, where numpy's float power was one ulp low
+    assert spec.delta.tolist() == [correctly_rounded_power_of_ten(i - 24, 2) for i in range(19)]
+    assert spec.delta.tolist()[14] == 1e-5
+    # n = the integer nearest 100 * 10^(i / 50): (2n - 1)^50 < 2^50 * 10^(100 + i) < (2n + 1)^50
+    for i, n in enumerate(spec.n.astype(int).tolist()):
+        assert (2 * n - 1) ** 50 < 2**50 * 10 ** (100 + i) < (2 * n + 1) ** 50
+
+
+def test_digest_covers_the_text_not_generated_floats(tmp_path: Path) -> None:
+    """Another machine's float path (numpy's power, one ulp off at some half-decades) changes
+    generated values, never the digest; the numbers as written do."""
+    spec = load_spec(ROOT / "workflows" / "default.toml")
+    numpy_path = 1e-12 * 10.0 ** (np.arange(19) / 2)
+    other = dataclasses.replace(spec, delta=numpy_path, eps0=np.nextafter(spec.eps0, 9))
+    assert other.digest() == spec.digest()
+    text = (ROOT / "workflows" / "default.toml").read_text()
+    assert load_spec(write(tmp_path, text.replace("per_decade = 2}", "per_decade = 4}"))).digest() != spec.digest()
+
+
+def test_shipped_table_is_up_to_date_with_its_spec() -> None:
+    """The README's first command finds data/default.zarr up to date and computes nothing."""
+    spec = load_spec(ROOT / "workflows" / "default.toml")
+    table = ROOT / "data" / "default.zarr"
+    assert store.up_to_date(table, header(spec))
+    recorded = json.loads(store.root_attributes(table)["spec"])
+    for axis in ("eps0", "n", "delta"):
+        assert recorded[axis] == getattr(spec, axis).tolist()
