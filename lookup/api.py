@@ -51,7 +51,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         max_slack: float | None = MAX_SLACK, rounds: Any = None, **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
     ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``)."""
-    max_slack = checked_max_slack(max_slack)
+    max_slack, params = checked_max_slack(max_slack), checked_params(params)
     if rounds is not None:
         return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds)
     if table is None:
@@ -104,7 +104,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
           max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
     """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation where the
     table's slack estimate exceeds ``max_slack``."""
-    max_slack = checked_max_slack(max_slack)
+    max_slack, params = checked_max_slack(max_slack), checked_params(params)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
     value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     c = None
@@ -121,7 +121,7 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
              max_slack: float | None = MAX_SLACK_EPS0, **params: Any) -> Answer:
     """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
     refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
-    max_slack = checked_max_slack(max_slack)
+    max_slack, params = checked_max_slack(max_slack), checked_params(params)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
     value, slack, outside, edge = q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     if q.rows is not None:
@@ -252,12 +252,14 @@ class _Queries:
         if allowed and live_engine.available():
             return
         i = int(np.flatnonzero(todo)[0])
-        why = "live computation is off (live=False)" if not allowed else "the engine (tablegen) is not installed"
+        why = ("live computation is off (--no-live, live=False)" if not allowed
+               else "the engine (tablegen) is not installed")
         cover = self.table.coverage()
         detail = (f"mechanisms {', '.join(cover['mechanisms'])}; eps0 {cover['eps0'][0]:g}..{cover['eps0'][1]:g}; "
                   f"n {cover['n'][0]:g}..{cover['n'][1]:g} (larger n answered at the largest); "
                   f"delta {cover['delta'][0]:g}..{cover['delta'][1]:g}")
-        target = f"{self.mechanism} {self.params or ''} {self.point(i)}".replace("  ", " ")
+        target = " ".join([self.mechanism, *(f"{k}={_plain_number(v)}"
+                                             for k, v in [*self.params.items(), *self.point(i).items()])])
         raise TableError(f"the table cannot answer {target} and {why}. The table {cover['table']} covers: {detail}")
 
     def answer(self, value: np.ndarray, lower: np.ndarray, source: np.ndarray, grid: dict[str, np.ndarray],
@@ -282,12 +284,38 @@ def loose(source: Any, slack: Any, max_slack: float | None) -> np.ndarray:
 
 
 def checked_max_slack(value: Any) -> float | None:
-    """``max_slack``: None (table only) or a number (negative: refine every table answer)."""
+    """``max_slack``: None (table only) or a number >= 0 (0: refine every table answer whose
+    slack is not known to be 0)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ValueError(f"max_slack must be a number or None, got max_slack={value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"max_slack must be a number >= 0 (a fraction: 0.02 is 2%) or None (table only), "
+                         f"got max_slack={value!r}")
     return float(value)
+
+
+def _plain_number(value: Any) -> str:
+    """A number as a person writes it in a message (1000000, 1e-08, 0.5), anything else as str."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+NUMERIC_PARAMS = ("k", "g", "domain", "delta0", "parts")
+
+
+def checked_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The mechanism parameters given (None: not given), numeric ones written as text ("10", as a
+    query string or a form gives them) parsed as numbers, so that k="10" finds the table's k = 10
+    row as k=10 does; a bool is refused (True is not a count)."""
+    out = {}
+    for name, value in params.items():
+        if value is None:
+            continue
+        if name in NUMERIC_PARAMS and isinstance(value, bool):
+            raise ValueError(f"{name} must be a number, got {name}={value!r}")
+        out[name] = parse_number(name, value) if name in NUMERIC_PARAMS and isinstance(value, str) else value
+    return out
 
 
 def parse_max_slack(text: str | None, kind: str = "eps") -> float | None:
@@ -302,9 +330,12 @@ def parse_max_slack(text: str | None, kind: str = "eps") -> float | None:
 
 def _numbers(name: str, value: Any) -> np.ndarray:
     try:
-        array = np.asarray(value, dtype=float)
+        given = np.asarray(value)
+        if given.dtype.kind not in "iuf":  # not bools (n=True is no count), strings or objects
+            raise TypeError
+        array = given.astype(float)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+        raise ValueError(f"{name} must be a number or an array of numbers, got {name}={value!r}") from None
     if array.size == 0:
         raise ValueError(f"{name} is empty")
     return array

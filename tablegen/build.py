@@ -331,9 +331,12 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
         strata = _slice_strata(spec, done, sample, seed)
     else:
         strata = [(todo, [[cell] for cell in sample_curves(spec, sample, seed)])]
+    log(f"{spec.source}: {math.prod(spec.shape)} cells in {total} curves "
+        f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
+        f"{todo} to compute; timing {sum(len(picks) for _, picks in strata)} sampled {unit}s")
     with tempfile.TemporaryDirectory() as scratch:  # tasks run as in a build, writes to a scratch staging store
         staging = store.open_staging(Path(scratch) / "dry-run.zarr", header(spec), spec.shape)
-        timed = [[_time_task(task(spec, staging, cells)) for cells in picks] for _, picks in strata]
+        timed = [[_time_logged(spec, staging, cells, log) for cells in picks] for _, picks in strata]
     seconds = [t for times in timed for t in times]
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
     # (a stratum timed once has no spread to go by: its standard error is taken as its mean)
@@ -353,9 +356,6 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
         "seconds_min": min(seconds, default=0.0), "seconds_max": max(seconds, default=0.0),
         "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
     }
-    log(f"{spec.source}: {figures['cells']} cells in {total} curves "
-        f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
-        f"{todo} to compute")
     log(f"measured {per_curve:.2f} s per {unit} on {len(seconds)} {unit}s ({figures['seconds_min']:.2f} to "
         f"{figures['seconds_max']:.2f} s) -> {core_hours:.2f} core-hours (two standard errors: "
         f"{figures['core_hours_low']:.2f} to {figures['core_hours_high']:.2f}; a larger --sample narrows it), "
@@ -401,6 +401,15 @@ def sample_curves(spec: Spec, sample: int, seed: int = 0) -> list[tuple[int, int
     with n and eps0 (seconds to minutes), so a uniform sample of a few curves misses or
     over-weights the expensive corner; this one spreads them evenly and stays unbiased."""
     return _latin(spec.shape[:3], sample, random.Random(seed))
+
+
+def _time_logged(spec: Spec, staging: Path, cells: list[tuple[int, int, int]], log: Callable[[str], None]) -> float:
+    """``_time_task`` of the task of ``cells``, logged as it finishes (a sampled slice of a fine
+    spec takes minutes: the dry run shows its progress)."""
+    seconds = _time_task(task(spec, staging, cells))
+    r, e, _ = cells[0]
+    log(f"  timed {spec.rows[r].label} eps0 {spec.eps0[e]:g} ({len(cells)} curves): {seconds:.2f} s")
+    return seconds
 
 
 def _time_task(task: Task) -> float:

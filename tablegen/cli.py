@@ -62,14 +62,20 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
     from tablegen.protocols.accounting import PROTOCOLS
 
     if mechanism in PROTOCOLS:
+        if eps0 is not None:
+            _fail(ValueError(f"mechanism {mechanism!r} takes no --eps0 (its privacy comes from --p, the Bernoulli "
+                             "noise parameter)"))
         return _compute_protocol(mechanism, n, noise_p, delta, eps, as_json)
     try:
         if mechanism != "generic-closed-form":
             get_mechanism(mechanism)  # an unknown name first, with the closest known one
         if (delta is None) == (eps is None):
             raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
-        if eps0 is None or noise_p is not None:
-            raise ValueError(f"mechanism {mechanism!r} needs --eps0 (and takes no --p)")
+        if noise_p is not None:
+            raise ValueError(f"mechanism {mechanism!r} takes no --p (--p is the noise of the binary-sum and "
+                             "histogram protocols)")
+        if eps0 is None:
+            raise ValueError(f"mechanism {mechanism!r} needs --eps0, the local privacy parameter (> 0)")
         params = parse_params(raw)
         e0, users = _number("eps0", eps0), _number("n", n)
         if mechanism == "generic-closed-form":
@@ -444,7 +450,8 @@ def export(device: bool, mechanism: str, k: str | None, g: str | None, eps0: str
     else:
         click.echo(f"worst slack: {result['worst_slack']:.2%} (an answer between grid n can be this far above the "
                    f"value at the next larger n; at {at['mechanism']} eps0 {at['eps0']:g}, n {at['n']:g} to "
-                   f"{at['n_next']:g}, delta {at['delta']:g})")
+                   f"{at['n_next']:g}, delta {at['delta']:g}); where eps < {result['slack_floor']:g} at the larger n, "
+                   f"at most {result['worst_excess_below_floor']:.3g} above it")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -87,17 +87,25 @@ def delta_indices(grid: np.ndarray, wanted: Sequence[float] | None) -> np.ndarra
     return np.array(sorted(keep))
 
 
-def worst_slack(upper: np.ndarray) -> tuple[float, tuple[int, int, int, int] | None]:
-    """max over cells of upper[r, e, j, d] / upper[r, e, j + 1, d] - 1 (the next larger n, same
-    eps0 and delta) and where it is: how far an answer between two n points of the file can be
-    above the value at the larger one (NaN and None with a single n)."""
+SLACK_FLOOR = 1e-4  # eps below this at the larger n: the relative slack says nothing (eps reaches 0 once the
+# total variation drops below delta, and x / 0 is infinite); such cells are reported by their absolute excess
+
+
+def worst_slack(upper: np.ndarray) -> tuple[float, tuple[int, int, int, int] | None, float]:
+    """(max over cells of upper[r, e, j, d] / upper[r, e, j + 1, d] - 1 where the value at the next
+    larger n (same eps0 and delta) is at least ``SLACK_FLOOR``, where it is, and the largest
+    absolute excess upper[r, e, j, d] - upper[r, e, j + 1, d] where it is below): how far an
+    answer between two n points of the file can be above the value at the larger one (NaN, None
+    and NaN with a single n)."""
     if upper.shape[2] < 2:
-        return float("nan"), None
+        return float("nan"), None, float("nan")
     here, nxt = upper[:, :, :-1].astype(float), upper[:, :, 1:].astype(float)
+    small = nxt < SLACK_FLOOR
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(here == nxt, 0.0, here / nxt - 1)  # 0 / 0: equal; x / 0: inf
+        ratio = np.where(small | (here == nxt), 0.0, here / nxt - 1)
+    excess = float(np.max(np.where(small, here - nxt, 0.0)))
     index = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-    return float(ratio[index]), tuple(int(i) for i in index)
+    return float(ratio[index]), tuple(int(i) for i in index), excess
 
 
 def export_device(out: str | Path, family: str, params: dict[str, Any], table: str | Table | None = None, *,
@@ -137,11 +145,11 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(MAGIC + struct.pack("<I", len(text)) + text + payload)
     os.replace(tmp, out)
-    slack, where = worst_slack(upper)
+    slack, where, excess = worst_slack(upper)
     return {
         "file": str(out), "bytes": out.stat().st_size, "header_bytes": len(text),
         "rows": [t.labels()[i] for i in rows], "shape": list(upper.shape), **axes,
-        "worst_slack": slack,
+        "worst_slack": slack, "slack_floor": SLACK_FLOOR, "worst_excess_below_floor": excess,
         "worst_slack_at": None if where is None else {
             "mechanism": t.labels()[rows[where[0]]], "eps0": axes["eps0"][where[1]], "n": axes["n"][where[2]],
             "n_next": axes["n"][where[2] + 1], "delta": axes["delta"][where[3]]},

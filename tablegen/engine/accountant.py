@@ -49,6 +49,9 @@ GUESS_GRIDS = (40, 16)  # eps grid sizes of the two rounds of the starting guess
 GUESS_SPAN = 1.03  # the first round spans guess / GUESS_SPAN .. guess * GUESS_SPAN (guesses are within ~1.5%)
 EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
 FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
+# a certified delta below this is reported as this (larger: still an upper bound): far below it the
+# bound underflows to subnormal doubles (5e-324 at eps = 0.2, eps0 = 1, n = 1e5), a number nobody can use
+DELTA_FLOOR = 1e-300
 
 
 @dataclass(frozen=True)
@@ -234,12 +237,13 @@ def _fft_where_declined(out: np.ndarray, eps: np.ndarray, fft: Callable[[float],
 
 def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, lower: bool = True,
                  **params: Any) -> Bounds:
-    """Certified delta at eps (and the lower bound) for n users of ``mechanism``."""
+    """Certified delta at eps (and the lower bound) for n users of ``mechanism``; a certified
+    delta below ``DELTA_FLOOR`` is reported as ``DELTA_FLOOR`` (rounded up)."""
     q = Query(mechanism, eps0, n, params)
     eps = validate.nonnegative_finite("eps", eps)
     if q.delta_is_zero(eps):
         return Bounds(0.0, 0.0 if q.lower else None)
-    return Bounds(q.delta_upper(eps), q.delta_lower(eps) if lower else None)
+    return Bounds(max(q.delta_upper(eps), DELTA_FLOOR), q.delta_lower(eps) if lower else None)
 
 
 def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndarray | list[float],

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import lookup
 from lookup.device import read_device
-from tablegen.export import export_device
+from tablegen.export import export_device, worst_slack
 from tablegen.store import round_float32
 
 FLOATS = st.floats(1e-30, 30.0, allow_subnormal=False)
@@ -184,3 +184,10 @@ def test_export_cli_reports_size_axes_and_slack(dense_path: Path, tmp_path: Path
     assert report["shape"] == [1, 2, 101, 2] and report["bytes"] == (tmp_path / "c.dev").stat().st_size
     bad = CliRunner().invoke(main, [*args[:-2], "--eps0", "0.3", "--out", str(tmp_path / "d.dev")])
     assert bad.exit_code == 2 and "eps0=0.3 is not an eps0" in bad.output
+
+
+def test_worst_slack_is_relative_above_the_floor_and_absolute_below() -> None:
+    upper = np.array([0.5, 0.4, 0.01, 1e-3, 2e-5, 0.0])[None, None, :, None]
+    slack, where, excess = worst_slack(upper)
+    assert slack == pytest.approx(0.4 / 0.01 - 1) and where == (0, 0, 1, 0)  # the largest ratio above the floor
+    assert excess == pytest.approx(1e-3 - 2e-5)  # 1e-3 over 2e-5 (below the floor): an absolute excess

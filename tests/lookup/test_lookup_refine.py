@@ -51,7 +51,7 @@ def test_pchip_matches_scipy(k: int) -> None:
 def test_refined_eps_is_certified_and_never_above_the_table(table_path: Path, mechanism: str, eps0: float, n: int,
                                                             delta: float) -> None:
     table = lookup.eps(mechanism, eps0=eps0, n=n, delta=delta, table=table_path, max_slack=None, **params(mechanism))
-    a = lookup.eps(mechanism, eps0=eps0, n=n, delta=delta, table=table_path, max_slack=-1.0, **params(mechanism))
+    a = lookup.eps(mechanism, eps0=eps0, n=n, delta=delta, table=table_path, max_slack=0.0, **params(mechanism))
     assert table.source == "table" and a.source in SOURCES
     assert a.value <= table.value
     assert exact_delta(*law(mechanism, eps0, a.value), n) <= delta * (1 + 1e-9)

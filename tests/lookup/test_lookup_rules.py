@@ -116,7 +116,7 @@ def test_corner_is_grid_values_and_only_on_table_answers(table_path: Path) -> No
         assert set(np.ravel(a.corner["eps0"])) <= set(t.eps0) and np.all(a.corner["n"] == 40)
     on_grid = lookup.eps("krr", eps0=2.0, n=40, delta=1e-5, k=3, table=t)  # slack 0: no refinement
     assert on_grid.corner == {"eps0": 2.0, "n": 40.0, "delta": 1e-5, "delta_upper": 1e-5}
-    forced = lookup.eps("krr", eps0=[1.5, 3.0], n=50, delta=1e-6, k=3, table=t, max_slack=-1.0)
+    forced = lookup.eps("krr", eps0=[1.5, 3.0], n=50, delta=1e-6, k=3, table=t, max_slack=0.0)
     refined = forced.source != "table"
     assert refined[0] and all(np.isnan(v[refined]).all() and not np.isnan(v[~refined]).any()
                               for v in forced.corner.values())

@@ -3,7 +3,7 @@ plain (non-editable) install answers from them in any working directory.
 
 The wheel is built once per module with the installed setuptools (no build isolation, no
 download) from a copy of the checkout, then installed without dependencies into a fresh
-virtual environment that reuses this interpreter's packages (``--system-site-packages``).
+virtual environment that reuses this interpreter's packages (its site directories, in a .pth file).
 """
 
 from __future__ import annotations
@@ -77,10 +77,18 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def venv(dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the wheel installed (dependencies from this interpreter)."""
+    """A fresh virtual environment with the wheel installed, its dependencies from this
+    interpreter's site directories (listed in a .pth file: ``--system-site-packages`` would give
+    the *base* Python's, which lacks them when the tests themselves run in a virtual
+    environment); pip comes from here too (``python -m pip --python``)."""
     env = tmp_path_factory.mktemp("venv") / "env"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], cwd=env.parent)
-    _run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env)], cwd=env.parent)
+    python = str(env / "bin" / "python")
+    purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        cwd=env.parent).strip())
+    sites = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    (purelib / "_test_dependencies.pth").write_text("\n".join(sites) + "\n")
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index",
           "--force-reinstall", str(dist["wheel"])], cwd=env.parent)
     return env
 

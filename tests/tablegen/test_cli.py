@@ -75,6 +75,10 @@ def test_protocol_bad_input():
     assert out.exit_code == 2 and "more users are needed" in out.output
     out = run("compute", "--mechanism", "krr", "--k", "3", "--n", "10", "--delta", "1e-6")
     assert out.exit_code == 2 and "needs --eps0" in out.output
+    out = run("compute", "--mechanism", "krr", "--k", "3", "--eps0", "2", "--p", "0.5", "--n", "10", "--delta", "1e-6")
+    assert out.exit_code == 2 and "takes no --p" in out.output and "needs --eps0" not in out.output
+    out = run("compute", "--mechanism", "histogram", "--eps0", "2", "--p", "0.5", "--n", "100", "--delta", "1e-6")
+    assert out.exit_code == 2 and "takes no --eps0" in out.output
 
 
 def test_build_calibration_reports_and_is_idempotent(tmp_path):
@@ -99,3 +103,12 @@ def test_unknown_mechanism_suggests_the_closest_and_lists_protocols():
     assert out.exit_code == 2 and "did you mean 'krr'?" in out.output
     out = run("eps0-max", "--mechanism", "histogram", "--eps", "1", "--n", "1e5", "--delta", "1e-8")
     assert out.exit_code == 2 and "multi-message protocol" in out.output and "--p" in out.output
+
+
+def test_delta_far_below_double_precision_is_reported_as_the_floor():
+    """At eps = 0.2, eps0 = 1, n = 1e5 the sum's upper tail sits about 70 sd above its mean (delta
+    near e^-2450): the certified delta underflows; it is reported as 1e-300, an upper bound."""
+    out = run("compute", "--mechanism", "generic", "--eps0", "1", "--n", "1e5", "--eps", "0.2", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["delta"] == 1e-300 and data["delta_lower"] == 0.0
