@@ -166,9 +166,15 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
 
     ``scheduler``: address of an existing dask scheduler; None starts a LocalCluster with
     ``workers`` single-threaded worker processes (default: this machine's cores); workers=0
-    computes in this process without dask.
+    computes in this process without dask.  One build per ``out`` at a time (``store.build_lock``).
     """
     out = Path(out)
+    with store.build_lock(out, f"tablegen build --spec {spec.source} --out {out}"):
+        return _build_locked(spec, out, scheduler, workers, progress, fresh, log)
+
+
+def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | None, progress: bool, fresh: bool,
+                  log: Callable[[str], None]) -> Report:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)

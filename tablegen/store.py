@@ -15,6 +15,13 @@ certification settings), chunked per mechanism row, crc32c on every chunk, metad
 consolidated once, and ``MANIFEST.sha256`` (``sha256sum -c`` format) over every other file.
 It is written beside ``OUT``, verified, and swapped in with one atomic rename.
 
+One build per output at a time (``build_lock``): ``OUT.lock`` beside the output, held with
+``flock`` for the whole build (the kernel releases it when the holder dies, so a lock left by a
+killed build is stale and taken over) and naming its holder (host, pid, start, command); a
+second build refuses at once with the holder's name.  A publish removes only its own folders and
+those of dead processes on this host, and puts back the old table when a two-rename swap was
+interrupted between its renames: readers find the old table or the new one.
+
 Compact variables (``publish(..., compact=CERTIFIED_ROUNDING)``: ``eps`` and ``eps_lower`` of a
 table) are stored as float32 whose mantissa keeps ``MANTISSA_BITS`` bits, rounded in the safe
 direction (``round_float32``: certified eps up, lower bounds down), with only core zarr v3 codecs:
@@ -25,15 +32,19 @@ reader decodes plain floats; nothing else is needed.  Other variables: zstd + cr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import math
 import os
 import shutil
+import socket
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +185,69 @@ def root_attributes(out: str | Path) -> dict[str, Any]:
     return meta.get("attributes", {})
 
 
+def lock_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".lock")
+
+
+@contextlib.contextmanager
+def build_lock(out: str | Path, command: str = "") -> Iterator[None]:
+    """Hold ``OUT.lock`` while the body runs; StoreError naming the holder if another build has it."""
+    lock = lock_path(out)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreError(f"{out} is being built by {holder} (lock {lock}); wait for that build to finish, "
+                             "or stop it") from None
+        if _same_file(fd, lock):  # not a lock file its last holder unlinked after we opened it
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "command": command,
+                                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # before the unlock: a build that opened it retries on the new file
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Folders left by an interrupted publish of a dead process on this host (``OUT.publish-PID``
+    removed; ``OUT.old-PID``: the old table, put back if the swap stopped between its renames,
+    else removed); those of live processes are left alone."""
+    for stale in sorted([*out.parent.glob(f"{out.name}.publish-*"), *out.parent.glob(f"{out.name}.old-*")]):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or (int(pid) != os.getpid() and _process_alive(int(pid))):
+            continue
+        if stale.name.startswith(f"{out.name}.old-") and not out.exists():
+            os.rename(stale, out)
+        else:
+            shutil.rmtree(stale)
+
+
 def check_replaceable(out: str | Path) -> None:
     """Refuse to build over anything but a published table (never swap away a user's directory)."""
     out = Path(out)
@@ -249,9 +323,8 @@ def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | 
     """Write ``dataset`` beside ``out``, add the manifest, verify, and swap it in atomically;
     the variables of ``compact_variables`` are written compact (``compact`` with ``bits``)."""
     out = Path(out)
+    _clear_leftovers(out)
     check_replaceable(out)
-    for stale in [*out.parent.glob(f"{out.name}.publish-*"), *out.parent.glob(f"{out.name}.old-*")]:
-        shutil.rmtree(stale)  # left by an interrupted publish
     tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
     compacted = compact_variables or {}
     if compacted:

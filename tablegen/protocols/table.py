@@ -51,6 +51,7 @@ def load_axes(path: str | Path) -> dict[str, np.ndarray]:
             raise SpecError(f"{path}: axes.{name}: values outside the domain "
                             "(eps > 0, integer n >= 1, delta in (0, 1))")
     out["title"] = raw.get("title", "shuffle-eps calibrated p")
+    out["written"] = {name: axes.get(name) for name in ("eps", "n", "delta")}  # as parsed from TOML, for the hash
     return out
 
 
@@ -68,15 +69,23 @@ def slice_values(protocol: str, eps: float, n: np.ndarray, delta: np.ndarray) ->
 def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False,
                       fresh: bool = False) -> dict[str, Any]:
     """Compute (or finish computing; ``fresh``: start over) and publish the table of ``spec_path``."""
-    axes = load_axes(spec_path)
     out = Path(out)
+    with store.build_lock(out, f"tablegen build-calibration --spec {spec_path} --out {out}"):
+        return _build_locked(load_axes(spec_path), spec_path, out, progress, fresh)
+
+
+def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progress: bool,
+                  fresh: bool) -> dict[str, Any]:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
+    written = axes.pop("written")
     spec = json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in axes.items()}, sort_keys=True)
     # stamped with the protocol accounting's version (it does not use the lattice engine), under
-    # the key every store uses for "what computed it"
-    header = {"spec_sha256": hashlib.sha256(spec.encode()).hexdigest(), "engine_version": VERSION}
+    # the key every store uses for "what computed it"; the hash covers the spec's text (axes as
+    # written), never the generated floats, which may differ in the last digit between machines
+    canonical = json.dumps({"title": axes["title"], "axes": written}, sort_keys=True, separators=(",", ":"))
+    header = {"spec_sha256": hashlib.sha256(canonical.encode()).hexdigest(), "engine_version": VERSION}
     slices = list(itertools.product(range(len(PROTOCOLS)), range(axes["eps"].size)))
     if store.up_to_date(out, header):
         return {"out": str(out), "cells": len(slices) * axes["n"].size * axes["delta"].size, "computed": 0,

@@ -4,6 +4,9 @@ bounds down, as decoded by xarray and by the lookup; float64 stores still read."
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -105,3 +108,60 @@ def test_float64_store_still_opens_and_compact_answers_match(tmp_path: Path) -> 
     assert np.all(new.upper >= old.upper) and np.all(new.upper < old.upper * (1 + 2.0 ** -12))
     assert np.all(new.upper <= eps0)  # a value rounded up past its eps0 is capped back at load
     assert np.all(np.nan_to_num(new.lower) <= np.nan_to_num(old.lower))
+
+
+TINY_SPEC = """title = "lock test"
+[axes]
+eps0 = [1.0]
+n = [100]
+delta = [1e-6]
+[settings]
+method = "slice"
+[[mechanism]]
+family = "krr"
+k = 2
+"""
+
+
+def test_one_build_per_output_the_second_refuses_naming_the_holder(tmp_path: Path) -> None:
+    spec, out = tmp_path / "spec.toml", tmp_path / "t.zarr"
+    spec.write_text(TINY_SPEC)
+    command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec), "--out", str(out), "--workers", "0",
+               "--no-progress"]
+    with store.build_lock(out, "the first build"):
+        second = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert "is being built by" in second.stderr and f'"pid": {os.getpid()}' in second.stderr
+        assert "the first build" in second.stderr and not out.exists()
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120)  # released: it builds
+    assert first.returncode == 0, first.stderr
+    assert open_table(out).upper.shape == (1, 1, 1, 1) and not store.lock_path(out).exists()
+
+
+def test_a_lock_left_by_a_dead_build_is_taken_over(tmp_path: Path) -> None:
+    out = tmp_path / "t.zarr"
+    store.lock_path(out).write_text('{"host": "here", "pid": 1, "command": "killed"}')  # no flock held
+    with store.build_lock(out, "next"):
+        assert '"command": "next"' in store.lock_path(out).read_text()
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_publish_clears_only_dead_leftovers_and_puts_back_an_interrupted_swap(tmp_path: Path) -> None:
+    eps = np.full(SHAPE, 0.05)
+    out = tmp_path / "t.zarr"
+    store.publish(table_dataset(eps, eps / 2), out)
+    old = out.with_name(f"t.zarr.old-{_dead_pid()}")
+    os.rename(out, old)  # a two-rename swap killed between its renames: no table at out
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        busy = out.with_name(f"t.zarr.publish-{live.pid}")  # another build's publish in progress
+        busy.mkdir()
+        dead = out.with_name(f"t.zarr.publish-{_dead_pid()}")
+        dead.mkdir()
+        store.publish(table_dataset(eps * 2, eps), out)
+        live.kill()
+    assert busy.is_dir() and not dead.exists() and not old.exists()
+    assert open_table(out).upper[0, 0, 0, 0] == 0.1  # the new table, swapped over the one put back
