@@ -1,10 +1,16 @@
 """Benchmark of the lookup: import, open, latency, throughput, HTTP, and slack against live.
 
 Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300] [--inverse 40]
-[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only]``; prints Markdown.
+[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only] [--cli-only] [--runs 15]``; prints Markdown.
 
+0. The command line, whole process: the README query (``lookup eps --mechanism krr --k 10 --eps0 2
+   --n 1e6 --delta 1e-8``, the interpreter with ``-m lookup.cli``) against ``python -c "import
+   numpy"``, run in turn ``--runs`` times each: wall time and peak RSS (``/usr/bin/time``) as
+   min / median / max, and the ratio of the two wall times pair by pair (target: <= 2, and
+   <= 120 MB).  ``--cli-only`` prints this section alone.
 1. ``import lookup`` in a fresh process: time and whether any heavy module came with it.
-2. Table open (manifest check + load) in a fresh process.
+2. Table open (manifest, file set, metadata and axes) and the first query (one row's chunks
+   read, verified and decoded) in a fresh process.
 3. Scalar ``lookup.eps`` latency once the table is open (p50, p90 over 20000 calls), and
    vectorised throughput (10^6 random queries in one call).
 4. HTTP requests per second on loopback (``lookup serve`` in a thread, 4 client threads,
@@ -27,6 +33,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -39,11 +46,55 @@ from tablegen.engine.curve import FLOOR  # the live search's smallest eps, relat
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("dask", "distributed", "xarray", "scipy", "pandas", "tablegen", "zarr")
+README_QUERY = ["eps", "--mechanism", "krr", "--k", "10", "--eps0", "2", "--n", "1e6", "--delta", "1e-8"]
 
 
 def fresh(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=ROOT).stdout.strip()
+
+
+GNU_TIME = Path("/usr/bin/time")
+
+
+def child(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident memory (MiB; NaN without GNU time) of one process run to its
+    end, its output thrown away.  The memory is read by ``/usr/bin/time -f %M``: a child's own
+    rusage would count this (larger) process's memory, which a fork takes along until the exec."""
+    with tempfile.NamedTemporaryFile("r") as report:
+        prefix = [str(GNU_TIME), "-f", "%M", "-o", report.name] if GNU_TIME.exists() else []
+        start = time.perf_counter()
+        subprocess.run(prefix + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, check=True)
+        wall = time.perf_counter() - start
+        peak = report.read().split()
+    return wall, int(peak[-1]) / 1024 if peak else float("nan")
+
+
+def command_line(table: str, runs: int) -> list[str]:
+    """Section 0: the README query as a whole process against ``python -c "import numpy"``."""
+    query = [sys.executable, "-m", "lookup.cli", *README_QUERY]
+    if Path(table).resolve() != (ROOT / "data" / "default.zarr").resolve():
+        query += ["--table", table]
+    numpy_only = [sys.executable, "-c", "import numpy"]
+    child(query), child(numpy_only)  # warm-up: the page cache
+    lookups, numpys = [], []
+    for _ in range(runs):  # in turn, so a drift of the machine's speed moves both
+        lookups.append(child(query))
+        numpys.append(child(numpy_only))
+
+    def spread(values: list[float], unit: str, scale: float = 1.0) -> str:
+        return f"{min(values) * scale:.3g} / {statistics.median(values) * scale:.3g} / {max(values) * scale:.3g}" + (
+            f" {unit}" if unit else "")
+
+    ratios = [a[0] / b[0] for a, b in zip(lookups, numpys, strict=True)]
+    return ["### 0. The command line, whole process (min / median / max)", "",
+            f"`python -m lookup.cli {' '.join(query[3:])}` against `python -c \"import numpy\"`, {runs} runs each "
+            "in turn:", "",
+            f"- README query: wall {spread([w for w, _ in lookups], 'ms', 1e3)}, peak RSS "
+            f"{spread([m for _, m in lookups], 'MiB')}",
+            f"- `import numpy`: wall {spread([w for w, _ in numpys], 'ms', 1e3)}, peak RSS "
+            f"{spread([m for _, m in numpys], 'MiB')}",
+            f"- ratio of the wall times, pair by pair: {spread(ratios, '')} (target <= 2; peak RSS <= 120 MB)", ""]
 
 
 def import_and_open(table: str) -> list[str]:
@@ -52,9 +103,13 @@ def import_and_open(table: str) -> list[str]:
         f"print(json.dumps([dt, [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]]))"))
     opened = json.loads(fresh(
         "import time, json, lookup; t = time.perf_counter(); "
-        f"lookup.open_table({table!r}); print(json.dumps(time.perf_counter() - t))"))
+        f"table = lookup.open_table({table!r}); t1 = time.perf_counter(); "
+        "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=table, max_slack=None); "
+        "print(json.dumps([t1 - t, time.perf_counter() - t1]))"))
     return [f"- `import lookup`: {imp[0] * 1e3:.1f} ms; heavy modules pulled: {imp[1] or 'none'}",
-            f"- table open (manifest SHA-256 over every file, load, monotone surfaces): {opened * 1e3:.0f} ms"]
+            f"- table open (manifest, file set, metadata and axes, each file read checked against its SHA-256): "
+            f"{opened[0] * 1e3:.0f} ms; then the first query (its row's two chunks read, checked, decoded, made "
+            f"monotone): {opened[1] * 1e3:.0f} ms"]
 
 
 def latency(table: str) -> list[str]:
@@ -296,8 +351,15 @@ def main() -> None:
     parser.add_argument("--max-slack", type=float, default=0.02)
     parser.add_argument("--lower", type=int, default=40, help="queries of section 7 (0: skip it)")
     parser.add_argument("--slack-only", action="store_true", help="sections 5 to 7 only")
+    parser.add_argument("--cli-only", action="store_true", help="section 0 only")
+    parser.add_argument("--runs", type=int, default=15, help="runs of each command in section 0")
     args = parser.parse_args()
     out = ["## Lookup benchmark", ""]
+    if not args.slack_only:
+        out += command_line(args.table, args.runs)
+    if args.cli_only:
+        print("\n".join(out))
+        return
     if not args.slack_only:
         out += import_and_open(args.table) + latency(args.table) + http_rate(args.table) + [""]
     out += slack_against_live(args.table, args.queries, args.seed, args.max_slack)

@@ -4,7 +4,8 @@
     a = lookup.eps("krr", eps0=2.0, n=10**6, delta=1e-8, k=10)
     a.value, a.lower, a.source, a.slack
 
-Imports numpy only (zarr when a table is opened); the engine is imported lazily for live answers.
+Imports numpy only (numcodecs when a table is opened: not zarr, nor the whole table; see
+lookup/table.py); the engine is imported lazily for live answers.
 """
 
 from lookup.api import Answer, delta, eps, eps0_max

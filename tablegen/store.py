@@ -242,7 +242,7 @@ def _clear_leftovers(out: Path) -> None:
         pid = stale.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or (int(pid) != os.getpid() and _process_alive(int(pid))):
             continue
-        if stale.name.startswith(f"{out.name}.old-") and not out.exists():
+        if stale.name.startswith(f"{out.name}.old-") and not out.exists() and (stale / MANIFEST).is_file():
             os.rename(stale, out)
         else:
             shutil.rmtree(stale)

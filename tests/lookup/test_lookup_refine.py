@@ -148,8 +148,8 @@ def test_an_uncertified_estimate_is_never_published(table_path: Path, monkeypatc
 
 
 def test_max_slack_is_checked(table_path: Path) -> None:
-    for bad in ("0.1", float("nan"), True):
-        with pytest.raises(ValueError, match="max_slack must be a number or None"):
+    for bad in ("0.1", float("nan"), True, -1.0):
+        with pytest.raises(ValueError, match=r"max_slack must be a number >= 0 .* or None"):
             lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, table=table_path, max_slack=bad, k=3)
 
 

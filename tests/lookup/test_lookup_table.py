@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,22 +24,126 @@ def test_coverage(table_path: Path) -> None:
     assert cover["engine_version"] and cover["date_created"]
 
 
-def test_tampered_or_corrupted_tables_are_refused(table_path: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "copy.zarr"
+def _copy(table_path: Path, copy: Path) -> Path:
     shutil.copytree(table_path, copy)
-    chunk = next(p for p in sorted((copy / "eps").rglob("*")) if p.is_file() and p.name != "zarr.json")
-    data = bytearray(chunk.read_bytes())
+    return copy
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
     data[-1] ^= 1
-    chunk.write_bytes(bytes(data))
-    with pytest.raises(lookup.TableError, match="refused, eps/c.* does not match its SHA-256"):
-        open_table(copy)
-    shutil.rmtree(copy)
-    shutil.copytree(table_path, copy)
+    path.write_bytes(bytes(data))
+
+
+def _query(table: Path | lookup.Table, mechanism: str = "krr", **params: float) -> float:
+    params = params or ({"k": 3} if mechanism == "krr" else {})
+    return lookup.eps(mechanism, eps0=1.0, n=80, delta=1e-5, table=table, live=False, max_slack=None, **params).value
+
+
+def test_tampered_or_corrupted_tables_are_refused(table_path: Path, tmp_path: Path) -> None:
+    """A file read is checked against the manifest first: the axes at open, a row's chunk when the
+    row is first used (not the whole store at open); after a mismatch the table reads nothing more."""
+    copy = _copy(table_path, tmp_path / "copy.zarr")
+    _flip_last_byte(copy / "eps" / "c" / "0" / "0" / "0" / "0")  # row 0: krr k=3
+    table = open_table(copy)  # opens: the row's chunk is not read yet
+    with pytest.raises(lookup.TableError, match=r"copy.zarr: refused, eps/c/0/0/0/0 does not match its SHA-256"):
+        _query(copy)
+    with pytest.raises(lookup.TableError, match="refused, eps/c/0/0/0/0 does not match"):
+        _query(table, "generic")  # an intact row not read before the mismatch: the table is refused
+    _flip_last_byte(_copy(table_path, tmp_path / "axis.zarr") / "delta" / "c" / "0")  # read at open
+    with pytest.raises(lookup.TableError, match="axis.zarr: refused, delta/c/0 does not match its SHA-256"):
+        open_table(tmp_path / "axis.zarr")
+    copy = _copy(table_path, tmp_path / "files.zarr")
     (copy / "extra.bin").write_bytes(b"x")
-    with pytest.raises(lookup.TableError, match="file set differs"):
+    with pytest.raises(lookup.TableError, match=r"file set differs from the manifest \(extra.bin\)"):
+        open_table(copy)
+    (copy / "extra.bin").unlink()
+    (copy / "eps" / "c" / "1" / "0" / "0" / "0").unlink()
+    with pytest.raises(lookup.TableError, match=r"file set differs from the manifest \(eps/c/1/0/0/0\)"):
         open_table(copy)
     with pytest.raises(lookup.TableError, match="not a published table"):
         open_table(tmp_path)
+
+
+def test_a_tampered_chunk_listed_in_a_rewritten_manifest_is_refused_when_its_row_is_used(
+        table_path: Path, tmp_path: Path) -> None:
+    """The manifest rewritten to match a tampered chunk that opening does not read: the other
+    row answers, the tampered one fails its crc32c when first used and refuses the table."""
+    from tablegen.store import write_manifest
+
+    copy = _copy(table_path, tmp_path / "rewritten.zarr")
+    _flip_last_byte(copy / "eps" / "c" / "1" / "0" / "0" / "0")  # row 1: generic
+    write_manifest(copy)
+    assert _query(copy) == _query(table_path)
+    with pytest.raises(lookup.TableError, match=r"refused, eps/c/1/0/0/0 cannot be read .*crc32c"):
+        _query(copy, "generic")
+
+
+def test_rows_read_later_come_from_the_table_opened(table_path: Path, tmp_path: Path) -> None:
+    """A table published over an open one (directories swapped, the old one deleted): rows the
+    open table reads afterwards are still its own; opening the path again gives the new one."""
+    from tablegen.store import write_manifest
+
+    path = _copy(table_path, tmp_path / "t.zarr")
+    new = _copy(table_path, tmp_path / "new.zarr")
+    rows = [new / "eps" / "c" / str(r) / "0" / "0" / "0" for r in (0, 1)]
+    rows[0].write_bytes(rows[1].read_bytes())  # the new table answers krr k=3 with generic's values
+    write_manifest(new)
+    table = open_table(path)
+    os.rename(path, tmp_path / "old.zarr")
+    os.rename(new, path)
+    shutil.rmtree(tmp_path / "old.zarr")
+    assert _query(table) == _query(table_path) != _query(path) == _query(table_path, "generic")
+
+
+def test_answering_from_a_table_reads_only_what_it_needs_without_zarr(table_path: Path) -> None:
+    """The README query through the command line and a library query: no zarr, no engine, no
+    scipy imported, and of the big arrays only the queried row's chunks read."""
+    code = (
+        "import sys\n"
+        "from lookup import reader\n"
+        "read, verified_read = [], reader.Snapshot.read\n"
+        "reader.Snapshot.read = lambda self, rel: read.append((self.store.name, rel)) or verified_read(self, rel)\n"
+        "from lookup.cli import main\n"
+        "main(['eps', '--mechanism', 'krr', '--k', '10', '--eps0', '2', '--n', '1e6', '--delta', '1e-8', '--json'],"
+        " standalone_mode=False)\n"
+        "import lookup\n"
+        f"a = lookup.eps('krr', eps0=1.5, n=30, delta=1e-6, k=3, table={str(table_path)!r}, max_slack=None)\n"
+        "assert a.source == 'table'\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('zarr', 'scipy', 'tablegen', 'xarray', 'dask')])\n"
+        "print(sorted(set(read)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    *readme, heavy, read = out.stdout.strip().splitlines()
+    assert json.loads("".join(readme))["source"] == "table"
+    assert heavy == "[]"
+    files = ast.literal_eval(read)  # (store, file) pairs
+    chunks = {store: sorted(rel for name, rel in files if name == store and rel.count("/") > 2)  # 4-d chunks
+              for store in ("default.zarr", "small.zarr")}
+    assert chunks["small.zarr"] == ["eps/c/0/0/0/0", "eps_lower/c/0/0/0/0"]  # krr k=3 is row 0
+    (big, low) = chunks["default.zarr"]
+    assert big.startswith("eps/c/") and low == big.replace("eps/", "eps_lower/", 1)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")  # consolidated on purpose, as publish does
+def test_a_store_the_reader_does_not_implement_is_read_with_zarr(table_path: Path, tmp_path: Path) -> None:
+    """Other codecs (here gzip) fall back to zarr, reading the whole verified store as before."""
+    import xarray as xr
+    from zarr.codecs import Crc32cCodec, GzipCodec
+
+    from lookup.reader import Unsupported, open_group
+    from tablegen.store import write_manifest
+
+    out = tmp_path / "gzip.zarr"
+    with xr.open_zarr(table_path) as ds:
+        encoding = {name: {"compressors": [GzipCodec(), Crc32cCodec()]} for name in ("eps", "eps_lower")}
+        ds.load().to_zarr(out, mode="w-", encoding=encoding, consolidated=True, zarr_format=3)
+    write_manifest(out)
+    with pytest.raises(Unsupported, match="eps.*gzip"):
+        open_group(out)
+    gz, original = open_table(out), open_table(table_path)
+    assert np.array_equal(gz.upper, original.upper) and np.array_equal(gz.lower, original.lower, equal_nan=True)
+    assert _query(gz, "generic") == _query(table_path, "generic")
 
 
 def test_surfaces_are_made_monotone_the_safe_way() -> None:

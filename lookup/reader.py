@@ -1,0 +1,334 @@
+"""A published store read without zarr: only the files a query needs, each checked against the
+store's SHA-256 manifest before its bytes are used.
+
+The stores ``tablegen/store.py`` publishes are zarr v3 groups whose root ``zarr.json`` holds every
+array's metadata (consolidated, inline), with a ``MANIFEST.sha256`` beside them.  This module reads
+the part of the zarr v3 core format (zarr-specs, v3.0) those stores use, and nothing else:
+
+* arrays on a regular chunk grid with the default chunk keys (``c/i/j/...``, separator "/" or
+  "."); a chunk missing from the store and from its manifest holds the fill value (zarr does not
+  write a chunk that is all fill value);
+* data types bool, int8..int64, uint8..uint64, float16/32/64, and string;
+* codecs, in the order they were applied when writing: ``transpose`` (optional), then ``bytes``
+  (numbers, little or big endian) or ``vlen-utf8`` (strings), then any of ``blosc``, ``zstd`` and
+  ``crc32c`` (the last 4 bytes: the little-endian CRC-32C of the bytes before them).
+
+A store using anything else raises ``Unsupported`` when opened, and ``lookup.table`` reads it with
+zarr instead.  Decoding uses numcodecs (zarr's codec library) and google-crc32c, both dependencies
+of zarr, imported on the first decode.
+
+Integrity (``Snapshot``): one directory descriptor, the manifest read through it, the store's
+file set compared with the manifest, and a descriptor opened through it on every listed file
+this module may read (not the arrays' own ``zarr.json``: the root's consolidated copy is read); a
+file's bytes are hashed when first read, re-read once on a mismatch, and refused if it persists.
+The descriptors pin the files of the table as opened: a row read later comes from that table even
+if another table has been published over it since (a publish swaps directories, then deletes the
+old one).  Each descriptor is closed once its file has been read and verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lookup.table import MANIFEST, TableError, parse_manifest
+
+NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                                  "uint32", "uint64", "float16", "float32", "float64")}
+FILL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+COMPRESSORS = ("blosc", "zstd", "crc32c")
+
+
+class Unsupported(Exception):
+    """A store (or array) using a part of the zarr format this reader does not implement."""
+
+
+class IntegrityError(TableError):
+    """A file that differs from the manifest, a store whose file set does not match it, or a
+    chunk that fails its checksum: the table is refused."""
+
+    def __init__(self, store: Path, problem: str) -> None:
+        self.problem = problem
+        super().__init__(f"{store}: refused, {problem} (corrupted or modified); rebuild or re-download it")
+
+
+class Snapshot:
+    """The files of a store as listed by its manifest, held open, each read at most once and
+    verified against its SHA-256 before it is returned."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._files: dict[str, Any] = {}  # relative path -> open binary file, until it is read
+        self._verified: dict[str, bytes] = {}
+        self.refused = ""  # the first mismatch found: no file is read after it
+        self._finalizer = weakref.finalize(self, _close_all, self._files)
+        directory = _open_directory(store)
+        try:
+            with self._open(directory, MANIFEST) as manifest:
+                self.listed = parse_manifest(manifest.read().decode())
+            present = set(_present(store, directory))
+            differ = sorted(present.symmetric_difference(self.listed))
+            # every file but the arrays' own metadata (the root's consolidated copy is read instead)
+            for rel in sorted(present.intersection(self.listed)):
+                if rel == "zarr.json" or not rel.endswith("/zarr.json"):
+                    try:
+                        self._files[rel] = self._open(directory, rel)
+                    except FileNotFoundError:  # removed since the listing
+                        differ.append(rel)
+        finally:
+            if directory is not None:
+                os.close(directory)
+        if differ:
+            self.close()
+            raise IntegrityError(store, f"file set differs from the manifest ({differ[0]})")
+
+    def _open(self, directory: int | None, rel: str) -> Any:
+        if directory is None:
+            return open(self.store / rel, "rb")  # noqa: SIM115 - held open until read
+        return open(os.open(rel, os.O_RDONLY | getattr(os, "O_BINARY", 0), dir_fd=directory), "rb")  # noqa: SIM115
+
+    def read(self, rel: str) -> bytes | None:
+        """The verified bytes of ``rel``; None for a file the manifest does not list (a chunk
+        never written).  Raises ``IntegrityError`` if the bytes differ from the manifest twice,
+        and for every file not read yet once that has happened (the table is refused)."""
+        with self._lock:
+            if rel in self._verified:
+                return self._verified[rel]
+            if rel not in self.listed:
+                return None
+            if self.refused:
+                raise IntegrityError(self.store, self.refused)
+            handle = self._files[rel]
+            for _ in range(2):  # a mismatch is re-read once before the table is refused
+                handle.seek(0)
+                data = handle.read()
+                if hashlib.sha256(data).hexdigest() == self.listed[rel]:
+                    break
+            else:
+                self.refused = f"{rel} does not match its SHA-256 in the manifest"
+                raise IntegrityError(self.store, self.refused)
+            self._verified[rel] = data
+            self._files.pop(rel).close()
+            return data
+
+    def close(self) -> None:
+        """Close every descriptor not read yet (later reads of those files fail)."""
+        self._finalizer()
+
+
+def _close_all(files: dict[str, Any]) -> None:
+    for handle in files.values():
+        handle.close()
+
+
+def _open_directory(store: Path) -> int | None:
+    """A descriptor of ``store`` to open its files through (None where the OS has no ``openat``)."""
+    if os.open not in os.supports_dir_fd or not hasattr(os, "O_DIRECTORY"):
+        return None
+    return os.open(store, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _present(store: Path, directory: int | None) -> list[str]:
+    """Relative paths of the store's files (the manifest excepted), through ``directory`` if given."""
+    if directory is None:
+        walk = ((os.path.relpath(root, store), files) for root, _, files in os.walk(store))
+    else:
+        walk = ((root, files) for root, _, files, _ in os.fwalk(".", dir_fd=directory))
+    return [os.path.normpath(os.path.join(root, name)).replace(os.sep, "/")
+            for root, files in walk for name in files if name != MANIFEST]
+
+
+class StoreGroup:
+    """The root group of a published store: ``group[name]`` (a ``StoreArray``), ``name in group``
+    and ``group.attrs``, like the zarr group it replaces."""
+
+    def __init__(self, store: Path, snapshot: Snapshot) -> None:
+        self.path, self.snapshot = store, snapshot
+        root = snapshot.read("zarr.json")
+        if root is None:
+            raise Unsupported("no zarr.json")
+        meta = json.loads(root)
+        consolidated = meta.get("consolidated_metadata") or {}
+        if meta.get("zarr_format") != 3 or meta.get("node_type") != "group" or consolidated.get("kind") != "inline":
+            raise Unsupported("not a zarr v3 group with inline consolidated metadata")
+        self.attrs: dict[str, Any] = meta.get("attributes", {})
+        self._arrays = {name: StoreArray(self, name, m) for name, m in consolidated.get("metadata", {}).items()
+                        if m.get("node_type") == "array"}
+
+    def __getitem__(self, name: str) -> StoreArray:
+        return self._arrays[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._arrays
+
+
+class StoreArray:
+    """One array of a ``StoreGroup``: ``a[...]`` decodes all of it, ``a[r]`` only the chunks of
+    row ``r`` along the first axis (the table's mechanism rows are one chunk each; read-only,
+    a view of the decoded chunk)."""
+
+    def __init__(self, group: StoreGroup, name: str, meta: dict[str, Any]) -> None:
+        self.group, self.name = group, name
+        self.shape = tuple(int(s) for s in meta["shape"])
+        grid, keys = meta.get("chunk_grid", {}), meta.get("chunk_key_encoding", {})
+        if grid.get("name") != "regular" or keys.get("name") != "default" or meta.get("storage_transformers"):
+            raise Unsupported(f"{name}: chunk grid, chunk keys or storage transformers")
+        self.chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
+        self.separator = keys.get("configuration", {}).get("separator", "/")
+        if len(self.chunks) != len(self.shape) or self.separator not in "/.":
+            raise Unsupported(f"{name}: chunk shape or key separator")
+        self._parse_codecs(meta)
+        self.fill = _fill_value(name, self.dtype, meta.get("fill_value"))
+
+    def _parse_codecs(self, meta: dict[str, Any]) -> None:
+        """``self.order`` (transpose, or None), ``self.stored`` (the data type as encoded),
+        ``self.dtype`` (in native byte order, as returned) and ``self.compressors`` (in writing
+        order) from the codec chain, or ``Unsupported``."""
+        codecs = [(c["name"], c.get("configuration") or {}) for c in meta.get("codecs", [])]
+        data_type = meta.get("data_type")
+        self.order = None
+        if codecs and codecs[0][0] == "transpose":
+            self.order = tuple(int(i) for i in codecs.pop(0)[1]["order"])
+            if sorted(self.order) != list(range(len(self.shape))):
+                raise Unsupported(f"{self.name}: transpose order {self.order}")
+        serializer, config = codecs.pop(0) if codecs else (None, {})
+        if serializer == "bytes" and data_type in NUMBER_TYPES:
+            endian = {"little": "<", "big": ">", None: "="}.get(config.get("endian"))
+            if endian is None:
+                raise Unsupported(f"{self.name}: endian {config.get('endian')!r}")
+            self.stored, self.dtype = NUMBER_TYPES[data_type].newbyteorder(endian), NUMBER_TYPES[data_type]
+        elif serializer == "vlen-utf8" and data_type == "string":
+            self.stored = self.dtype = np.dtype(object)
+        else:
+            raise Unsupported(f"{self.name}: data type {data_type!r} with {serializer!r}")
+        self.compressors = [name for name, _ in codecs]
+        if any(name not in COMPRESSORS for name in self.compressors):
+            raise Unsupported(f"{self.name}: codecs {self.compressors}")
+        if "crc32c" in self.compressors and _crc32c_function() is None:
+            raise Unsupported(f"{self.name}: crc32c without google-crc32c or crc32c installed")
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if key is Ellipsis:  # a writable array, as zarr returns
+            whole = self.rows(0, self.shape[0]) if self.shape else self._chunk(())
+            return whole if whole.flags.writeable else whole.copy()
+        if isinstance(key, int | np.integer) and self.shape:
+            r = range(self.shape[0])[key]  # negative rows as numpy counts them; IndexError past the end
+            return self.rows(r, r + 1)[0]
+        raise TypeError(f"{self.name}: only a[...] and a[row] are read here, not a[{key!r}]")
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start``..``stop - 1`` along the first axis, from the chunks holding them (a view
+        of the decoded chunk where one chunk holds them all, e.g. a table row)."""
+        first_chunk, offset = divmod(start, self.chunks[0])
+        if self.chunks[1:] == self.shape[1:] and offset + stop - start <= self.chunks[0] and stop > start:
+            return self._chunk((first_chunk, *[0] * (len(self.shape) - 1)))[offset:offset + stop - start]
+        out = np.full((stop - start, *self.shape[1:]), self.fill, dtype=self.dtype)
+        grid = [math.ceil(s / c) for s, c in zip(self.shape, self.chunks, strict=True)]
+        first = range(start // self.chunks[0], (stop - 1) // self.chunks[0] + 1) if stop > start else range(0)
+        for index in ((i, *rest) for i in first for rest in np.ndindex(*grid[1:])):
+            corner = [i * c for i, c in zip(index, self.chunks, strict=True)]
+            # the part of this chunk inside the request (a chunk at the end of an axis is padded)
+            lo, hi = max(start, corner[0]), min(stop, corner[0] + self.chunks[0])
+            sizes = [min(c, s - k) for c, s, k in zip(self.chunks[1:], self.shape[1:], corner[1:], strict=True)]
+            target = (slice(lo - start, hi - start), *(slice(k, k + m) for k, m in zip(corner[1:], sizes, strict=True)))
+            source = (slice(lo - corner[0], hi - corner[0]), *(slice(0, m) for m in sizes))
+            out[target] = self._chunk(index)[source]
+        return out
+
+    def _chunk(self, index: tuple[int, ...]) -> np.ndarray:
+        """One decoded chunk (its full chunk shape), the fill value where it was never written."""
+        rel = "/".join([self.name, self.separator.join(["c", *map(str, index)])])
+        snapshot = self.group.snapshot
+        try:
+            data = snapshot.read(rel)
+            if data is None:
+                return np.full(self.chunks, self.fill, dtype=self.dtype)
+            return self._decode(data)
+        except IntegrityError:
+            raise
+        except Exception as err:  # noqa: BLE001 - unreadable, a checksum or decompression failure: corrupted
+            snapshot.refused = snapshot.refused or f"{rel} cannot be read ({type(err).__name__}: {err})"
+            raise IntegrityError(snapshot.store, snapshot.refused) from None
+
+    def _decode(self, data: bytes) -> np.ndarray:
+        """The chunk encoded in ``data``: the codecs undone in reverse order."""
+        for name in reversed(self.compressors):
+            if name == "crc32c":
+                if len(data) < 4 or crc32c(data[:-4]) != int.from_bytes(data[-4:], "little"):
+                    raise ValueError("crc32c checksum mismatch")
+                data = data[:-4]
+            elif name == "blosc":
+                from numcodecs import blosc
+
+                data = blosc.decompress(data)
+            else:
+                from numcodecs import zstd
+
+                data = zstd.decompress(data)
+        encoded = [self.chunks[i] for i in self.order] if self.order else list(self.chunks)
+        if self.dtype.kind == "O":
+            from numcodecs.vlen import VLenUTF8
+
+            values = VLenUTF8().decode(data).reshape(encoded)
+        else:
+            values = np.frombuffer(data, dtype=self.stored).reshape(encoded).astype(self.dtype, copy=False)
+        return values.transpose(np.argsort(self.order)) if self.order else values
+
+
+def _fill_value(name: str, dtype: np.dtype, value: Any) -> Any:
+    """The fill value of the metadata in ``dtype`` (numbers, NaN/Infinity/-Infinity, strings)."""
+    if dtype.kind == "O":
+        if not isinstance(value, str):
+            raise Unsupported(f"{name}: fill value {value!r}")
+        return value
+    value = FILL_FLOATS.get(value, value) if dtype.kind == "f" else value
+    if not isinstance(value, bool | int | float) or (dtype.kind != "f" and not float(value).is_integer()):
+        raise Unsupported(f"{name}: fill value {value!r}")
+    return value
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of ``data``, as zarr's crc32c codec computes it."""
+    crc = _crc32c_function()
+    if crc is None:
+        raise Unsupported("no CRC-32C implementation (google-crc32c or crc32c) is installed")
+    return crc(data)
+
+
+def _crc32c_function() -> Any:
+    """google-crc32c's (zarr's dependency), else the crc32c package's (older zarr 3), else None."""
+    try:
+        from google_crc32c import value
+    except ImportError:
+        try:
+            from crc32c import crc32c as value
+        except ImportError:
+            return None
+    return value
+
+
+def open_group(store: Path) -> StoreGroup:
+    """The verified group of the published store at ``store``: snapshot and root metadata read in
+    one pass, once again if a file differs from the manifest or the file set changes meanwhile
+    (a table published over this one mid-read); ``IntegrityError`` if it happens twice,
+    ``Unsupported`` for a store this module cannot read."""
+    for attempt in range(2):
+        snapshot = None
+        try:
+            snapshot = Snapshot(store)
+            return StoreGroup(store, snapshot)
+        except (IntegrityError, Unsupported) as err:
+            if snapshot is not None:
+                snapshot.close()
+            if attempt or isinstance(err, Unsupported):
+                raise
+    raise AssertionError("unreachable")
