@@ -1,7 +1,7 @@
 """Benchmark of the lookup: import, open, latency, throughput, HTTP, and slack against live.
 
 Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300] [--inverse 40]
-[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only] [--cli-only] [--runs 15]``; prints Markdown.
+[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only] [--cli-only] [--trust-only] [--runs 15]``; prints Markdown.
 
 0. The command line, whole process: the README query (``lookup eps --mechanism krr --k 10 --eps0 2
    --n 1e6 --delta 1e-8``, the interpreter with ``-m lookup.cli``) against ``python -c "import
@@ -22,6 +22,10 @@ Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300
    percentile and max of answer / live - 1, the share of each source, the default route's time
    per query (cold cache), and answers below the live value (must be none beyond 1e-3).
 6. Inverse questions: ``lookup.eps0_max`` and ``lookup.delta`` against the engine.
+8. (``--trust-only``, or with the rest) A custom table (a copy of ``--table`` with one row raised
+   by 0.1%, published with its own manifest, so not pinned): its first open in a fresh process
+   (spot-certified by the engine, ``lookup/trust.py``) and its later opens (remembered), wall and
+   peak RSS, against the pinned shipped table's open, each a whole process answering one query.
 7. Lower bounds: the table's (``max_slack=None``) and the default route's against the engine's
    live lower bound, and whether each is within the engine's own gap (live upper - live lower) of it.
 """
@@ -342,6 +346,41 @@ def lower_against_live(table: str, count: int, seed: int, max_slack: float) -> l
     return out
 
 
+def trust_first_open(table: str, runs: int) -> list[str]:
+    """Section 8: the first and later opens of a custom (not pinned) copy of ``table``."""
+    import os
+
+    import xarray as xr
+
+    from tablegen import store
+
+    with tempfile.TemporaryDirectory() as scratch:
+        custom = Path(scratch) / "custom.zarr"
+        with xr.open_zarr(table, consolidated=True) as ds:
+            ds = ds.load().drop_encoding()
+        ds["eps"][1] = np.minimum(ds["eps"][1] * 1.001, ds["eps0"])  # larger: still certified
+        store.publish(ds, custom, store.CERTIFIED_ROUNDING)
+        code = ("import lookup; t = lookup.open_table({!r}); "
+                "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=t, max_slack=None)")
+        firsts, laters, pinned = [], [], []
+        for i in range(runs):
+            os.environ["XDG_CACHE_HOME"] = str(Path(scratch) / f"cache-{i}")  # nothing remembered yet
+            firsts.append(child([sys.executable, "-c", code.format(str(custom))]))
+            laters.append(child([sys.executable, "-c", code.format(str(custom))]))
+            pinned.append(child([sys.executable, "-c", code.format(table)]))
+        del os.environ["XDG_CACHE_HOME"]
+
+    def spread(values: list[tuple[float, float]]) -> str:
+        walls, peaks = [w for w, _ in values], [m for _, m in values]
+        return (f"wall {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} s, peak RSS "
+                f"{statistics.median(peaks):.0f} MiB")
+
+    return ["### 8. First open of a custom table (spot certification) and later opens (min / median / max)", "",
+            f"- custom table, first open (spot-certified): {spread(firsts)} (target <= 2 s)",
+            f"- custom table, later opens (remembered by its digest): {spread(laters)}",
+            f"- the shipped table (pinned): {spread(pinned)}", ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=str(ROOT / "data" / "default.zarr"))
@@ -353,8 +392,12 @@ def main() -> None:
     parser.add_argument("--slack-only", action="store_true", help="sections 5 to 7 only")
     parser.add_argument("--cli-only", action="store_true", help="section 0 only")
     parser.add_argument("--runs", type=int, default=15, help="runs of each command in section 0")
+    parser.add_argument("--trust-only", action="store_true", help="section 8 only")
     args = parser.parse_args()
     out = ["## Lookup benchmark", ""]
+    if args.trust_only:
+        print("\n".join(out + trust_first_open(args.table, max(args.runs // 3, 1))))
+        return
     if not args.slack_only:
         out += command_line(args.table, args.runs)
     if args.cli_only:
@@ -365,6 +408,7 @@ def main() -> None:
     out += slack_against_live(args.table, args.queries, args.seed, args.max_slack)
     out += inverse_against_live(args.table, args.inverse, args.seed) if args.inverse else []
     out += lower_against_live(args.table, args.lower, args.seed, args.max_slack) if args.lower else []
+    out += trust_first_open(args.table, 3) if not args.slack_only else []
     print("\n".join(out))
 
 

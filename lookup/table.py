@@ -24,16 +24,21 @@ mechanism family, checked by its own SHA-256) is accepted wherever a table path 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lookup import checks
+from lookup.checks import canonical_params
 
 MANIFEST = "MANIFEST.sha256"
 ENV_TABLE = "SHUFFLE_EPS_TABLE"
@@ -57,6 +62,9 @@ class Table:
     lower: Surface
     attrs: dict[str, Any] = field(default_factory=dict)
     eps0_monotone: np.ndarray | None = None  # per row; False: only grid eps0 are answered
+    digest: str = ""  # what identifies its files (lookup.trust.listing_digest, a device file's SHA-256)
+    stored_eps: Callable[[int], np.ndarray] | None = None  # row r of eps as stored (before the monotone surface)
+    vouched: bool = False  # pinned, or spot-certified by the engine (lookup.trust.vouch)
 
     def __post_init__(self) -> None:
         if self.eps0_monotone is None:
@@ -93,13 +101,6 @@ class Table:
         }
 
 
-def canonical_params(params: dict[str, Any]) -> str:
-    """Parameters as sorted JSON, None dropped, integral floats as ints (10.0 == 10)."""
-    clean = {k: (int(v) if isinstance(v, float) and v.is_integer() else v)
-             for k, v in params.items() if v is not None}
-    return json.dumps(clean, sort_keys=True)
-
-
 def shipped_table(name: str) -> Path:
     """The shipped table ``name`` (e.g. ``default.zarr``): the copy an installed wheel carries in
     ``lookup/_data/``, else ``data/`` of the source checkout (an editable install)."""
@@ -133,8 +134,15 @@ def open_table(path: str | Path | None = None) -> Table:
         hint = (f"it is set by ${ENV_TABLE}: point ${ENV_TABLE} or --table at a table, or {hint}"
                 if os.environ.get(ENV_TABLE) else f"{SHIPPED_HINT}; or point ${ENV_TABLE} or --table at a table")
     if os.path.isfile(os.path.realpath(path)):
-        return _open_device(os.path.realpath(path))
-    return open_store(path, _load_table, hint)
+        table = _open_device(os.path.realpath(path))
+    else:
+        table = open_store(path, _load_table, hint)
+    if not table.vouched:  # once per table and process: pinned, remembered, or spot-certified now
+        from lookup import trust
+
+        trust.vouch(table, table.digest)
+        table.vouched = True
+    return table
 
 
 def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> Any:
@@ -186,8 +194,10 @@ def _open_device(path: str) -> Table:
         upper = np.asarray(d.upper, dtype=float).reshape(shape)
         lower = np.asarray(d.lower, dtype=float).reshape(shape)
         h = d.header
-        _OPEN[key] = from_arrays(path, [h["family"]] * shape[0], h["rows"], h["eps0"], h["n"], h["delta"],
-                                 upper, lower, h.get("source", {}), h["eps0_monotone"])
+        table = from_arrays(path, [h["family"]] * shape[0], h["rows"], h["eps0"], h["n"], h["delta"],
+                            upper, lower, h.get("source", {}), h["eps0_monotone"])
+        table.digest = h["sha256"]
+        _OPEN[key] = table
     return _OPEN[key]
 
 
@@ -245,17 +255,21 @@ def _load_table(path: str, group: Any) -> Table:
     """The Table of a store's group: axes and labels read now, ``eps`` and ``eps_lower`` row by
     row when a row is first used (a zarr group, the fallback, is decoded whole here as before)."""
     from lookup.reader import StoreGroup
+    from lookup.trust import listing_digest
 
     eps, eps_lower = group["eps"], group["eps_lower"]
     if eps.shape != eps_lower.shape:
         raise TableError(f"{path}: refused, eps {eps.shape} and eps_lower {eps_lower.shape} differ in shape")
+    listed = group.snapshot.listed if isinstance(group, StoreGroup) else read_manifest(Path(path))
     if not isinstance(group, StoreGroup):
         eps, eps_lower = eps[...], eps_lower[...]
-    return from_rows(
+    table = from_rows(
         path, [str(f) for f in group["family"][...]], [json.loads(str(p)) for p in group["params"][...]],
         group["eps0"][...], group["n"][...], group["delta"][...], eps.shape, eps.__getitem__, eps_lower.__getitem__,
         dict(group.attrs), group["eps0_monotone"][...] if "eps0_monotone" in group else None,
     )
+    table.digest = listing_digest(listed)
+    return table
 
 
 def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,
@@ -284,21 +298,36 @@ def from_rows(path: str, families: list[str], params: list[dict[str, Any]], eps0
     its axis), and it stays monotone."""
     eps0 = np.asarray(eps0, float)
     mono = np.ones(shape[0], bool) if eps0_monotone is None else np.asarray(eps0_monotone, bool)
+    axes = {"eps0": eps0, "n": np.asarray(n, float), "delta": np.asarray(delta, float)}
+    with refusing(path):
+        checks.check_structure(families, params, axes, shape, attrs, mono)
+    labels = [" ".join([f, *(f"{k}={v}" for k, v in sorted(p.items()))]) for f, p in zip(families, params,
+                                                                                          strict=True)]
 
-    def upper(r: int) -> np.ndarray:  # min over eps0' >= eps0, n' <= n, delta' <= delta; capped at eps0
-        surface = np.array(eps_row(r), dtype=float, order="C")  # a copy: the running values are taken in place
-        if not np.all(np.isfinite(surface)):
-            raise TableError(f"{path}: refused, eps has missing values (row {r})")
-        _running(np.minimum, surface[::-1], mono[r])
-        return np.minimum(surface, eps0[:, None, None], out=surface)
+    def surfaces(r: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row r's two surfaces from its stored rows (copies: the running values are taken in
+        place), checked first (``lookup.checks``): a damaged row is refused, never spread."""
+        upper = np.array(eps_row(r), dtype=float, order="C")
+        lower = np.array(lower_row(r), dtype=float, order="C")
+        with refusing(path):
+            checks.check_row(labels[r], eps0, upper, lower, bool(mono[r]), axes)
+        _running(np.minimum, upper[::-1], mono[r])  # min over eps0' >= eps0, n' <= n, delta' <= delta
+        np.minimum(upper, eps0[:, None, None], out=upper)  # capped at eps0
+        _running(np.fmax, lower[:, ::-1, ::-1], mono[r])  # max over eps0' <= eps0, n' >= n, delta' >= delta
+        return upper, lower
 
-    def lower(r: int) -> np.ndarray:  # max over eps0' <= eps0, n' >= n, delta' >= delta, skipping NaN
-        surface = np.array(lower_row(r), dtype=float, order="C")
-        _running(np.fmax, surface[:, ::-1, ::-1], mono[r])
-        return surface
+    pair = functools.cache(surfaces)
+    return Table(path, families, params, eps0, axes["n"], axes["delta"], Surface(shape, lambda r: pair(r)[0]),
+                 Surface(shape, lambda r: pair(r)[1]), attrs, mono, stored_eps=eps_row)
 
-    return Table(path, families, params, eps0, np.asarray(n, float), np.asarray(delta, float),
-                 Surface(shape, upper), Surface(shape, lower), attrs, mono)
+
+@contextlib.contextmanager
+def refusing(path: str) -> Iterator[None]:
+    """``checks.DamagedTable`` raised in the body as the TableError that refuses ``path``."""
+    try:
+        yield
+    except checks.DamagedTable as damage:
+        raise TableError(f"{path}: refused, {damage}; rebuild or re-download it") from None
 
 
 class Surface(np.lib.mixins.NDArrayOperatorsMixin):

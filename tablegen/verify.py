@@ -39,6 +39,9 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     missing += [v for v in ("eps", "eps_lower", "family", "params") if v not in ds.variables]
     if missing:
         return [f"{path}: not a tablegen table (no {', '.join(missing)})"]
+    problems += reader_checks(path)
+    if problems:
+        return problems
     eps, low = ds["eps"].values, ds["eps_lower"].values
     eps0 = stored_like(ds, "eps", ds["eps0"].values)[None, :, None, None]  # eps = eps0 stored rounded up
     if not np.all(np.isfinite(eps)):
@@ -52,6 +55,23 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     for cell in random.Random(seed).sample(cells, min(sample, len(cells))):
         problems += _recompute(ds, cell, settings)
     return problems
+
+
+def reader_checks(path: Path) -> list[str]:
+    """What every reader checks (``lookup.checks``: structure, the recorded spec, each row's
+    invariants), and the engine's certification at the spot cells (``lookup.trust``), pinned
+    table or not."""
+    from lookup import trust
+    from lookup.table import TableError, open_table
+    from tablegen.engine import certifies
+
+    try:
+        table = open_table(path)
+        np.asarray(table.upper)  # every row checked
+    except TableError as err:
+        return [str(err)]
+    problem = trust.spot_certify(table, certifies)
+    return [f"{path}: {problem}"] if problem else []
 
 
 def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN001

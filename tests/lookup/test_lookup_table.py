@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import lookup
-from lookup.table import TableError, from_arrays, open_table, shipped_table
+from lookup.table import TableError, _load_table, from_arrays, open_store, open_table, shipped_table
 
 
 def test_coverage(table_path: Path) -> None:
@@ -45,7 +45,7 @@ def test_tampered_or_corrupted_tables_are_refused(table_path: Path, tmp_path: Pa
     row is first used (not the whole store at open); after a mismatch the table reads nothing more."""
     copy = _copy(table_path, tmp_path / "copy.zarr")
     _flip_last_byte(copy / "eps" / "c" / "0" / "0" / "0" / "0")  # row 0: krr k=3
-    table = open_table(copy)  # opens: the row's chunk is not read yet
+    table = open_store(copy, _load_table, "")  # opens (as open_table reads it): the row's chunk is not read yet
     with pytest.raises(lookup.TableError, match=r"copy.zarr: refused, eps/c/0/0/0/0 does not match its SHA-256"):
         _query(copy)
     with pytest.raises(lookup.TableError, match="refused, eps/c/0/0/0/0 does not match"):
@@ -74,9 +74,12 @@ def test_a_tampered_chunk_listed_in_a_rewritten_manifest_is_refused_when_its_row
     copy = _copy(table_path, tmp_path / "rewritten.zarr")
     _flip_last_byte(copy / "eps" / "c" / "1" / "0" / "0" / "0")  # row 1: generic
     write_manifest(copy)
-    assert _query(copy) == _query(table_path)
+    trusted = open_store(copy, _load_table, "")  # as open_table reads it, before the spot certification
+    assert _query(trusted) == _query(table_path)  # row 0 answers: its chunks are intact
     with pytest.raises(lookup.TableError, match=r"refused, eps/c/1/0/0/0 cannot be read .*crc32c"):
-        _query(copy, "generic")
+        _query(trusted, "generic")
+    with pytest.raises(lookup.TableError, match=r"refused, eps/c/1/0/0/0 cannot be read .*crc32c"):
+        _query(copy)  # open_table: a table not pinned is spot-certified on every row at first use
 
 
 def test_rows_read_later_come_from_the_table_opened(table_path: Path, tmp_path: Path) -> None:
@@ -147,19 +150,23 @@ def test_a_store_the_reader_does_not_implement_is_read_with_zarr(table_path: Pat
 
 
 def test_surfaces_are_made_monotone_the_safe_way() -> None:
-    eps = np.array([[[[0.5, 0.4], [0.45, 0.42]], [[0.3, 0.2], [0.6, 0.1]]]])  # (1, eps0=2, n=2, delta=2)
+    # (1, eps0=2, n=2, delta=2): steps against the exact eps's direction within checks.MONOTONE_RTOL (3%):
+    # 0.305 after 0.30 along delta, 0.405 after 0.40 along n
+    eps = np.array([[[[0.30, 0.305], [0.29, 0.20]], [[0.40, 0.31], [0.405, 0.30]]]])
     low = np.full_like(eps, np.nan)
     low[0, 1, 0, 0] = 0.05  # at the largest eps0, smallest n and delta: holds nowhere else
-    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3]),
-                    eps, low, {})
-    # eps0 = 1 may use eps0 = 2's smaller values; n = 20 may use n = 10's; delta 1e-3 may use 1e-6's
-    np.testing.assert_array_equal(t.upper[0, 0], [[0.3, 0.2], [0.3, 0.1]])
-    np.testing.assert_array_equal(t.upper[0, 1], [[0.3, 0.2], [0.3, 0.1]])
+    axes = np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3])
+    t = from_arrays("x", ["krr"], [{"k": 3}], *axes, eps, low, {})
+    # eps0 = 1 may use eps0 = 2's values; n = 20 may use n = 10's; delta 1e-3 may use 1e-6's
+    np.testing.assert_array_equal(t.upper[0, 0], [[0.30, 0.30], [0.29, 0.20]])
+    np.testing.assert_array_equal(t.upper[0, 1], [[0.40, 0.31], [0.40, 0.30]])
     assert t.lower[0, 1, 0, 0] == 0.05 and np.isnan(t.lower).sum() == 7
     low[0, 0, 1, 1] = 0.04  # at the smallest eps0, largest n and delta: holds everywhere
-    t = from_arrays("x", ["krr"], [{"k": 3}], np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3]),
-                    eps, low, {})
+    t = from_arrays("x", ["krr"], [{"k": 3}], *axes, eps, low, {})
     assert np.nanmin(t.lower) == 0.04 and not np.isnan(t.lower).any() and t.lower[0, 1, 0, 0] == 0.05
+    eps[0, 0, 0, 0] = 0.1  # far below n = 20's 0.29: a minimum would spread it; refused instead
+    with pytest.raises(lookup.TableError, match=r"not monotone in n: 0\.1 krr k=3 at eps0 1, n 10, delta 1e-06"):
+        from_arrays("x", ["krr"], [{"k": 3}], *axes, eps, low, {}).upper[0]
 
 
 def test_import_is_light() -> None:

@@ -1,0 +1,157 @@
+"""Tables that prove themselves: damaged copies whose manifest was rewritten to match the damage
+(a buggy writer, a bad merge, an edit) are refused by lookup and by `tablegen verify`, with the
+place named; the shipped table is pinned; a good custom table is spot-certified once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+import lookup
+from lookup import trust
+from lookup.table import TableError, read_manifest
+from tablegen import store
+from tablegen.cli import main as tablegen_main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def damaged(source: Path, out: Path, edit: Callable[[xr.Dataset], xr.Dataset]) -> Path:
+    """A copy of ``source`` with ``edit`` applied, published with a manifest that matches it."""
+    with xr.open_zarr(source, consolidated=True) as ds:
+        ds = edit(ds.load().drop_encoding())
+    store.publish(ds, out, store.CERTIFIED_ROUNDING)
+    return out
+
+
+def _scaled_row(ds: xr.Dataset, factor: float) -> xr.Dataset:
+    ds["eps"][0] = ds["eps"][0] * factor
+    ds["eps_lower"][0] = ds["eps_lower"][0] * factor
+    return ds
+
+
+def _other_row(ds: xr.Dataset) -> xr.Dataset:  # the generic row's values replaced by k-RR's (smaller)
+    ds["eps"][1], ds["eps_lower"][1] = ds["eps"][0].values, ds["eps_lower"][0].values
+    return ds
+
+
+def _swapped_labels(ds: xr.Dataset) -> xr.Dataset:
+    return ds.assign_coords({name: ("mechanism", ds[name].values[::-1]) for name in ("family", "params", "mechanism")})
+
+
+def _moved(axis: str, index: int, value: float, record: bool = False) -> Callable[[xr.Dataset], xr.Dataset]:
+    def edit(ds: xr.Dataset) -> xr.Dataset:
+        values = ds[axis].values.copy()
+        values[index] = value
+        ds = ds.assign_coords({axis: (axis, values, ds[axis].attrs)})
+        if record:  # the recorded spec edited along: only the engine can tell
+            spec = json.loads(ds.attrs["spec"])
+            spec[axis] = values.tolist()
+            ds.attrs["spec"] = json.dumps(spec)
+        return ds
+    return edit
+
+
+def _divided_n(record: bool) -> Callable[[xr.Dataset], xr.Dataset]:
+    def edit(ds: xr.Dataset) -> xr.Dataset:
+        n = (ds["n"].values // 10).astype(np.int64)
+        ds = ds.assign_coords(n=("n", n, ds["n"].attrs))
+        if record:
+            spec = json.loads(ds.attrs["spec"])
+            spec["n"] = n.tolist()
+            ds.attrs["spec"] = json.dumps(spec)
+        return ds
+    return edit
+
+
+def _one_cell(ds: xr.Dataset) -> xr.Dataset:
+    ds["eps"][0, 1, 1, 1] = 1e-6
+    ds["eps_lower"][0, 1, 1, 1] = np.nan  # no lower bound above it to give it away
+    return ds
+
+
+def _lower_above(ds: xr.Dataset) -> xr.Dataset:
+    ds["eps_lower"][0] = ds["eps"][0] * 1.5
+    return ds
+
+
+def _garbled(ds: xr.Dataset) -> xr.Dataset:
+    ds.attrs["certification"] = "{not json"
+    return ds
+
+
+DAMAGE = {
+    "row halved": (lambda ds: _scaled_row(ds, 0.5), "does not certify"),
+    "row replaced by another mechanism's": (_other_row, "does not certify"),
+    "labels swapped": (_swapped_labels, "mechanisms rows differ from the table's recorded spec"),
+    "grid eps0 moved": (_moved("eps0", 2, 2.03), "eps0 axis differ"),
+    "grid eps0 moved, spec edited": (_moved("eps0", 2, 2.03, record=True), "does not certify"),
+    "n axis divided by 10": (_divided_n(record=False), "n axis differ"),
+    "n axis divided by 10, spec edited": (_divided_n(record=True), "does not certify"),
+    "grid delta moved": (_moved("delta", 1, 1e-6), "delta axis differ"),
+    "one cell set to 1e-6": (_one_cell, "not monotone"),
+    "lower bounds above the upper": (_lower_above, "lower bound"),
+    "garbled certification attribute": (_garbled, "certification attribute is not valid JSON"),
+}
+
+
+@pytest.fixture()
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty trust cache: nothing spot-certified before."""
+    monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _use(path: Path) -> None:
+    """Open the table and answer from every row (each row is checked when first used)."""
+    t = lookup.open_table(path)
+    for r in range(t.upper.shape[0]):
+        t.upper.row(r)
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_damaged_copy_is_refused_by_lookup_and_verify(table_path: Path, tmp_path: Path, private_cache: Path,
+                                                      name: str) -> None:
+    edit, reason = DAMAGE[name]
+    out = damaged(table_path, tmp_path / "damaged.zarr", edit)
+    assert not store.check_manifest(out)  # the checksums match the damage
+    with pytest.raises(TableError, match="refused") as info:
+        _use(out)
+    assert reason in str(info.value)
+    result = CliRunner().invoke(tablegen_main, ["verify", str(out)])
+    assert result.exit_code != 0 and reason in result.output and "Traceback" not in result.output
+
+
+def test_a_good_custom_table_is_spot_certified_once(table_path: Path, tmp_path: Path, private_cache: Path) -> None:
+    def raised(ds: xr.Dataset) -> xr.Dataset:  # larger values (capped at eps0): still certified
+        ds["eps"][0] = np.minimum(ds["eps"][0] * 1.01, ds["eps0"])
+        return ds
+
+    out = damaged(table_path, tmp_path / "raised.zarr", raised)
+    _use(out)
+    digest = trust.listing_digest(read_manifest(out))
+    assert (private_cache / "trusted" / digest).is_file()
+
+
+def test_spot_cells_reach_every_row_eps0_delta_and_n_decade() -> None:
+    n = np.round(np.geomspace(100, 1e9, 351))
+    cells = trust.spot_cells((21, 110, 351, 19), n)
+    assert len(cells) < 300
+    assert {c[0] for c in cells} == set(range(21))
+    assert {c[1] for c in cells} == set(range(110)) and {c[3] for c in cells} == set(range(19))
+    decades = np.floor(np.log10(n)).astype(int)
+    for r in range(21):
+        assert {decades[c[2]] for c in cells if c[0] == r} == set(decades.tolist())
+
+
+def test_shipped_tables_are_pinned() -> None:
+    """The pin in lookup/trust.py names the shipped table: republishing data/default.zarr without
+    updating it would make every user spot-certify it on first use."""
+    digest = trust.listing_digest(read_manifest(ROOT / "data" / "default.zarr"))
+    assert trust.PINNED.get(digest) == "default.zarr"
