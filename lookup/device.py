@@ -120,6 +120,29 @@ def checksum(header: dict[str, Any], payload: bytes) -> str:
     return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode() + payload).hexdigest()
 
 
+HEADER_KEYS = {"family": str, "rows": list, "eps0_monotone": list, "eps0": list, "n": list, "delta": list,
+               "shape": list, "dtype": str, "sha256": str}
+
+
+def _check_header(path: str, header: dict[str, Any]) -> None:
+    """Every header key present with its type, axes of finite numbers strictly increasing in
+    their domain; DeviceFileError naming the key."""
+    for key, kind in HEADER_KEYS.items():
+        if not isinstance(header.get(key), kind):
+            raise DeviceFileError(f"{path}: refused, header key {key!r} is missing or not a {kind.__name__}")
+    if not all(isinstance(r, dict) for r in header["rows"]) or not all(
+            isinstance(v, bool) for v in header["eps0_monotone"]):
+        raise DeviceFileError(f"{path}: refused, header keys 'rows' / 'eps0_monotone' malformed")
+    low = {"eps0": 0.0, "n": 1.0, "delta": 0.0}
+    for key, lowest in low.items():
+        axis = header[key]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in axis)
+        if not (numbers and axis and all(a < b for a, b in zip(axis, axis[1:], strict=False))
+                and axis[0] >= lowest and (axis[0] > 0 or key == "n") and (key != "delta" or axis[-1] < 1)):
+            raise DeviceFileError(f"{path}: refused, header axis {key!r} is not finite numbers strictly increasing "
+                                  "in its domain")
+
+
 def read_device(path: str) -> DeviceTable:
     """Parse and check a device file (standard library only)."""
     with open(path, "rb") as f:
@@ -137,6 +160,7 @@ def read_device(path: str) -> DeviceTable:
     if checksum(header, payload) != header.get("sha256"):
         raise DeviceFileError(f"{path}: refused, header and payload do not match their SHA-256 "
                               "(corrupted or modified)")
+    _check_header(path, header)
     shape = header["shape"]
     axes = [len(header["rows"]), len(header["eps0"]), len(header["n"]), len(header["delta"])]
     if shape != axes or header.get("dtype") != "<f4" or len(header["eps0_monotone"]) != shape[0]:

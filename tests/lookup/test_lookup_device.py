@@ -3,9 +3,12 @@ standard-library reader that works without numpy, refused when corrupted."""
 
 from __future__ import annotations
 
+import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 
 import lookup
 from lookup import trust
-from lookup.device import read_device
+from lookup.device import checksum, read_device
 from tablegen.export import export_device, worst_slack
 from tablegen.store import round_float32
 
@@ -82,6 +85,42 @@ def test_tampered_device_header_is_refused(table_path: Path, tmp_path: Path) -> 
         lookup.open_table(device)
 
 
+def _rewritten(device: Path, edit: Any) -> None:
+    """The device file with its header edited by ``edit`` and its checksum recomputed to match."""
+    data = device.read_bytes()
+    (length,) = struct.unpack_from("<I", data, 8)
+    header, payload = json.loads(data[12:12 + length]), data[12 + length:]
+    edit(header)
+    header["sha256"] = checksum(header, payload)
+    text = json.dumps(header).encode()
+    device.write_bytes(data[:8] + struct.pack("<I", len(text)) + text + payload)
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    (lambda h: h.pop("rows"), "header key 'rows' is missing"),
+    (lambda h: h.update(delta="1e-6"), "header key 'delta' is missing or not a list"),
+    (lambda h: h.update(n=[40.0, 20.0, 80.0]), "header axis 'n' is not finite numbers strictly increasing"),
+])
+def test_malformed_device_header_with_a_matching_checksum_is_refused(table_path: Path, tmp_path: Path, edit: Any,
+                                                                      reason: str) -> None:
+    device = tmp_path / "krr.dev"
+    export_device(device, "krr", {}, str(table_path))
+    _rewritten(device, edit)
+    with pytest.raises(lookup.TableError, match=reason):
+        lookup.open_table(device)
+
+
+def test_device_axis_edited_with_a_matching_checksum_is_refused(table_path: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """eps0 2.0 relabelled 2.5 (answers for 2.5 would be those of 2.0): spot certification refuses."""
+    monkeypatch.setattr(trust, "vouch", REAL_VOUCH)
+    device = tmp_path / "krr.dev"
+    export_device(device, "krr", {}, str(table_path))
+    _rewritten(device, lambda h: h.update(eps0=[0.5, 1.0, 2.5, 4.0]))
+    with pytest.raises(lookup.TableError, match="the engine does not certify"):
+        lookup.open_table(device)
+
+
 # --- device files cut to a deployment -------------------------------------------------------
 
 CUT_SPEC = {
@@ -90,6 +129,9 @@ CUT_SPEC = {
              "delta": np.geomspace(1e-12, 1e-3, 25).tolist()},
     "mechanism": [{"family": "krr", "k": [3, 10]}],
 }
+
+
+REAL_VOUCH = trust.vouch
 
 
 @pytest.fixture(autouse=True)
