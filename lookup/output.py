@@ -81,13 +81,21 @@ def _corner(value: Any, result: dict[str, Any]) -> str:
         return "not reported for this query"
     if all(v is None for v in value.values()):
         return "none (computed live)"
-    parts = [f"{name} {_number(v)}" for name, v in value.items() if name not in ("delta", "delta_upper")]
+    parts = [f"{name} {_label(v)}" for name, v in value.items() if name not in ("delta", "delta_upper")]
     low, high = value.get("delta"), value.get("delta_upper", value.get("delta"))
     if low is not None and low != high:
-        parts.append(f"delta on the chord between {_number(low)} and {_number(high)}")
+        parts.append(f"delta on the chord between {_label(low)} and {_label(high)}")
     elif low is not None:
-        parts.append(f"delta {_number(low)}")
+        parts.append(f"delta {_label(low)}")
     return "grid point " + ", ".join(parts)
+
+
+def _label(value: Any) -> str:
+    """A grid value as a label, the way a person writes it (1e-05, 3.16228e-05, 1000000, 0.693147):
+    it names a grid point (exact in the JSON), it is no certified number."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return f"{value:.6g}" if isinstance(value, float) else _plain(value)
 
 
 def _source(value: Any, result: dict[str, Any]) -> str:
