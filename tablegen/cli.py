@@ -82,10 +82,10 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
             result = _closed_form(e0, users, delta, params)
         elif delta is not None:
             b = eps_bounds(mechanism, eps0=e0, n=users, delta=_number("delta", delta), lower=not no_lower, **params)
-            result = {"eps": b.upper, "eps_lower": b.lower, "certified": True}
+            result = {"eps": b.upper, "eps_lower": b.lower, "certified": True, **b.detail}
         else:
             b = delta_bounds(mechanism, eps0=e0, n=users, eps=_number("eps", eps), lower=not no_lower, **params)
-            result = {"delta": b.upper, "delta_lower": b.lower, "certified": True}
+            result = {"delta": b.upper, "delta_lower": b.lower, "certified": True, **b.detail}
     except ValueError as exc:
         _fail(exc)
     result.update(mechanism=mechanism, eps0=e0, n=int(users), **_plain(params))

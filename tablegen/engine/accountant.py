@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from tablegen import validate
+from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
+from tablegen.engine import closed_form, spectral
 from tablegen.engine import lower as spectral_lower
-from tablegen.engine import spectral
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import (
     AtomLaw,
@@ -38,6 +38,7 @@ from tablegen.engine.lattice import (
     tilted_moments,
 )
 from tablegen.engine.search import shrink_bracket
+from tablegen.limits import CellBudget
 from tablegen.mechanisms import Mechanism, get_mechanism
 
 RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
@@ -47,7 +48,7 @@ SPECTRAL_COMPONENTS = 400  # laws with more components (large joint products) us
 SEARCH_POINTS = 8  # eps values evaluated together per round of the vectorised search
 GUESS_GRIDS = (40, 16)  # eps grid sizes of the two rounds of the starting guess
 GUESS_SPAN = 1.03  # the first round spans guess / GUESS_SPAN .. guess * GUESS_SPAN (guesses are within ~1.5%)
-EPS0_CAP = 30.0  # eps0_max searches eps0 in [eps, EPS0_CAP]
+EPS0_CAP = limits.EPS0_MAX  # eps0_max searches eps0 in [eps, EPS0_CAP] (the engine's range)
 FLOAT_SLACK = 1e-9  # relative slack for the last exp/log of a bound
 # a certified delta below this is reported as this (larger: still an upper bound): far below it the
 # bound underflows to subnormal doubles (5e-324 at eps = 0.2, eps0 = 1, n = 1e5), a number nobody can use
@@ -64,14 +65,22 @@ class Bounds:
 
 
 def delta_of_decomposition(
-    d: Decomposition, eps: float, n: int, pessimistic: bool = True, resolution: float | None = None
+    d: Decomposition, eps: float, n: int, pessimistic: bool = True, resolution: float | None = None,
+    budget: CellBudget | None = None,
 ) -> float:
-    """(1/n) E[(G_1+...+G_n)_+] for G of ``d`` at eps: upper bound or (False) lower bound."""
+    """(1/n) E[(G_1+...+G_n)_+] for G of ``d`` at eps: upper bound or (False) lower bound.
+
+    With a ``budget`` (live queries) the FFT window is bounded (``limits.CellBudget``): a window
+    over the per-call cap is retried on a coarser lattice (the randomized rounding certifies at
+    any step, both ways; only tightness is lost), and where none fits or the query's budget is
+    spent the evaluation is declined: the upper bound is then E[G_+] (``(sum G_i)_+ <=
+    sum (G_i)_+``: valid for every n, the n = 1 value), the lower bound 0.
+    """
     values, probs = d.law(eps)
     if values.max() <= 0:
         return 0.0
+    exact = float(probs @ np.maximum(values, 0.0))  # E[G_+]: the value at n = 1, a bound for every n
     if n == 1:
-        exact = float(probs @ np.maximum(values, 0.0))
         return exact * (1 + FLOAT_SLACK) if pessimistic else exact * (1 - FLOAT_SLACK)
     res = resolution or (RESOLUTION if pessimistic else LOWER_RESOLUTION)
     sd = math.sqrt(AtomLaw(values, probs).variance())
@@ -83,6 +92,21 @@ def delta_of_decomposition(
         # rounding at all, and S on the fewest cells (k-RR with k = 2: sqrt(n p q) cells per
         # sd instead of res sqrt(n))
         step = float(np.ptp(values[probs > 0]))
+    for _ in range(limits.COARSEN_TRIES + 1):
+        try:
+            return _delta_on_lattice(values, probs, step, n, pessimistic, budget)
+        except limits.WindowTooLarge as big:
+            if big.exhausted:
+                break
+            # the window's cells scale like 1/step: coarsen by the power of two the size asks for
+            step *= 2.0 ** math.ceil(math.log2(big.cells / budget.per_call) + 0.1)
+    return exact * (1 + FLOAT_SLACK) if pessimistic else 0.0  # declined
+
+
+def _delta_on_lattice(values: np.ndarray, probs: np.ndarray, step: float, n: int, pessimistic: bool,
+                      budget: CellBudget | None) -> float:
+    """``delta_of_decomposition`` on the lattice of (at most) ``step``: randomized rounding, then
+    the FFT path (``fourier.log_expected_positive_part``)."""
     grid = Grid.aligned(values, probs, step)
     x, anchor_error = _pushed(grid, values, probs, pessimistic)
     law, off_lattice = randomized_rounding(x, probs)
@@ -90,7 +114,7 @@ def delta_of_decomposition(
     # lattice, so moved into the threshold instead, at most n users) are pushed the safe way
     shift = n * grid.offset / grid.step
     shift += (1 if pessimistic else -1) * (4 * UNIT_ROUNDOFF * abs(shift) + n * anchor_error)
-    log_e = log_expected_positive_part(law, n, pessimistic, shift, off_lattice)
+    log_e = log_expected_positive_part(law, n, pessimistic, shift, off_lattice, budget)
     value = math.exp(log_e + math.log(grid.step) - math.log(n)) if log_e > -math.inf else 0.0
     if pessimistic:
         return max(value * (1 + FLOAT_SLACK), math.ulp(0.0))
@@ -119,41 +143,83 @@ class Query:
 
     def __init__(self, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any],
                  resolution: float = RESOLUTION, lower_resolution: float = LOWER_RESOLUTION,
-                 spectral: bool = True) -> None:
+                 spectral: bool = True, budget: CellBudget | None = None) -> None:
         self.spectral = spectral  # False: every upper bound on the FFT path (table builds)
+        # the FFT-path cells this query may use (limits.CellBudget); table builds on the FFT path
+        # (spectral=False, curve.py) are sized by their spec instead
+        self.budget = budget if budget is not None or not spectral else CellBudget()
         self.resolution = validate.positive_finite("resolution", resolution)
         self.lower_resolution = validate.positive_finite("lower_resolution", lower_resolution)
         self.mechanism = mechanism if isinstance(mechanism, Mechanism) else get_mechanism(mechanism)
         self.params = self.mechanism.resolve(params)
-        self.eps0 = validate.positive_finite("eps0", eps0)
-        self.n = validate.integer_at_least("n", n, 1)
+        self.eps0 = limits.engine_eps0(eps0)
+        self.n = limits.checked_n(n)
+        # the n the engine evaluates: n itself up to limits.N_MAX; above it the engine's value at
+        # N_MAX (certified at n: eps is non-increasing in n) and the closed-form bound at n, the
+        # smaller (``delta_upper_many``), and no lower bound
+        self.n_engine = limits.engine_n(self.n)
         self.upper = self.mechanism.upper(self.eps0, **self.params)
-        self.lower = self.mechanism.lower(self.eps0, **self.params) if self.mechanism.lower else []
+        wants_lower = self.mechanism.lower is not None and self.n == self.n_engine
+        self.lower = self.mechanism.lower(self.eps0, **self.params) if wants_lower else []
 
     def delta_upper(self, eps: float) -> float:
         return float(self.delta_upper_many(np.array([eps]))[0])
 
     def delta_upper_many(self, eps: np.ndarray) -> np.ndarray:
         """Certified delta at each eps: the largest over the upper decompositions (spectral path,
-        FFT where it declines), plus the mechanism's extra delta."""
+        FFT where it declines), plus the mechanism's extra delta, at n (at ``limits.N_MAX`` above
+        it); for n above ``limits.CLOSED_FORM_N`` the smaller of that and of the closed-form bound
+        at n (``closed_delta``)."""
         eps = np.asarray(eps, dtype=float)
         base = np.max([self._decomposition_upper(d, eps) for d in self.upper], axis=0)
-        return base + np.array([self.extra_delta(float(e)) for e in eps])
+        value = base + np.array([self.extra_delta(float(e), self.n_engine) for e in eps])
+        if self.n > limits.CLOSED_FORM_N:
+            value = np.minimum(value, self.closed_delta(eps))
+        return value
+
+    def closed_delta(self, eps: np.ndarray) -> np.ndarray:
+        """The closed-form bound at n itself (Chernoff or Berry-Esseen, ``closed_form.far_n_delta``;
+        no lattice) plus the extra delta at n: joins the engine's from ``limits.CLOSED_FORM_N`` on."""
+        return closed_form.far_n_delta(self.upper, eps, self.n) + np.array([self.extra_delta(float(e)) for e in eps])
 
     def _decomposition_upper(self, d: Decomposition, eps: np.ndarray) -> np.ndarray:
-        if not self.spectral or self.n == 1 or d.c.size > SPECTRAL_COMPONENTS:
-            return np.array([delta_of_decomposition(d, float(e), self.n, resolution=self.resolution) for e in eps])
-        out = spectral.delta_upper(d, eps, np.full(eps.shape, self.n), self.resolution)
-        return _fft_where_declined(out, eps, lambda e: delta_of_decomposition(d, e, self.n, resolution=self.resolution))
+        n = self.n_engine
+        if not self.spectral or n == 1 or d.c.size > SPECTRAL_COMPONENTS:
+            return np.array([delta_of_decomposition(d, float(e), n, resolution=self.resolution, budget=self.budget)
+                             for e in eps])
+        out = spectral.delta_upper(d, eps, np.full(eps.shape, n), self.resolution)
+        if n > limits.CLOSED_FORM_N:
+            # the closed-form bound at n answers there too (delta_upper_many), and an FFT window at
+            # such n would be coarsened far beyond use: a declined evaluation certifies nothing
+            return np.where(np.isnan(out), np.inf, out)
+        return _fft_where_declined(out, eps, lambda e: delta_of_decomposition(d, e, n, resolution=self.resolution,
+                                                                              budget=self.budget))
 
     def delta_is_zero(self, eps: np.ndarray | float) -> np.ndarray | bool:
         """Where delta is exactly 0: eps >= eps0 for an eps0-LDP randomizer (no extra delta term)."""
         return (np.asarray(eps) >= self.eps0) & (self.mechanism.extra_delta is None)
 
-    def extra_delta(self, eps: float) -> float:
+    def far_n_detail(self, eps: float, delta: float) -> dict[str, Any]:
+        """How an answer for n above ``limits.CLOSED_FORM_N`` is certified (empty below it):
+        ``bound``, the bound that gives a delta <= ``delta`` at eps, and above ``limits.N_MAX``
+        ``n_engine``, the n the engine evaluated."""
+        if self.n <= limits.CLOSED_FORM_N:
+            return {}
+        if eps >= self.eps0:
+            bound = "eps0: the local guarantee eps <= eps0"
+        elif float(self.closed_delta(np.array([eps]))[0]) <= delta:
+            bound = "closed-form bound at n (Chernoff / Berry-Esseen)"
+        elif self.n > self.n_engine:
+            bound = "engine value at n_engine (eps is non-increasing in n)"
+        else:
+            bound = "engine"
+        return {"bound": bound, **({"n_engine": self.n_engine} if self.n > self.n_engine else {})}
+
+    def extra_delta(self, eps: float, n: int | None = None) -> float:
+        """The mechanism's extra delta at eps for n users (default: the query's n)."""
         if self.mechanism.extra_delta is None:
             return 0.0
-        return self.mechanism.extra_delta(eps, self.eps0, self.n, **self.params)
+        return self.mechanism.extra_delta(eps, self.eps0, self.n if n is None else n, **self.params)
 
     def delta_lower(self, eps: float) -> float | None:
         if not self.lower:
@@ -162,14 +228,23 @@ class Query:
 
     def delta_lower_many(self, eps: np.ndarray) -> np.ndarray:
         """Lower bound on delta at each eps: the largest over the lower-bound pairs, each on the
-        spectral path (``lower.py``) where it answers, else on the FFT path (``_with_fft``)."""
+        spectral path (``lower.py``) where it answers, else on the FFT path (``_with_fft``), and
+        the few-users bound (``few_users_delta``)."""
         eps = np.asarray(eps, dtype=float)
-        return self._with_fft(eps, *self._spectral_lower(eps))
+        return np.maximum(self._with_fft(eps, *self._spectral_lower(eps)), self.few_users_delta(eps))
 
     def delta_lower_spectral(self, eps: np.ndarray) -> np.ndarray:
         """Lower bound on delta at each eps from the spectral path alone, declined pairs counted
-        as 0 (a lower bound too: milliseconds, never the FFT's seconds)."""
-        return self._spectral_lower(np.asarray(eps, dtype=float))[2]
+        as 0 (a lower bound too: milliseconds, never the FFT's seconds), and the few-users bound."""
+        eps = np.asarray(eps, dtype=float)
+        return np.maximum(self._spectral_lower(eps)[2], self.few_users_delta(eps))
+
+    def few_users_delta(self, eps: np.ndarray) -> np.ndarray:
+        """The closed-form lower bound of ``closed_form.few_users_delta`` (at most one user off the
+        heaviest component), the largest over the lower-bound pairs: microseconds, near-exact
+        where n e^-eps0 is small, 0 where many users leave that component."""
+        return np.array([max((closed_form.few_users_delta(d, float(e), self.n) for d in self.lower), default=0.0)
+                         for e in np.atleast_1d(eps)])
 
     def delta_lower_round(self, points: np.ndarray, delta: float) -> np.ndarray:
         """Lower bounds on delta at the sorted ``points`` for one round of ``_eps_lower``: the
@@ -225,7 +300,69 @@ class Query:
         return values, reach, np.max(np.nan_to_num(values, nan=0.0), axis=0)
 
     def delta_of_lower_pair(self, index: int, eps: float) -> float:
-        return delta_of_decomposition(self.lower[index], eps, self.n, False, self.lower_resolution)
+        """The FFT path's lower bound for one pair; 0 (declined: proves nothing) from
+        ``limits.CLOSED_FORM_N`` on, where its window is coarsened far beyond use (measured on 24
+        queries at n = 2e9..1e11: the same lower bounds but for the generic clone at delta = 1e-300,
+        for 10-25 s of FFTs each)."""
+        if self.spectral and self.n > limits.CLOSED_FORM_N:
+            return 0.0
+        return delta_of_decomposition(self.lower[index], eps, self.n, False, self.lower_resolution, self.budget)
+
+
+class FarEps0:
+    """eps0 above the engine's range (``limits.EPS0_MAX``, up to ``limits.EPS0_LIMIT``): no lattice,
+    no FFT.  An eps0-LDP randomizer is (eps0, 0)-DP after shuffling, so eps0 is a certified eps
+    and delta(eps) <= 1 - e^(eps - eps0) (P <= e^eps0 Q: the hockey-stick sum over P > e^eps Q
+    is at most sum P (1 - e^(eps - eps0))); these are answered where the few-users lower bound of
+    ``closed_form.py`` (on the mechanism's lower-bound pairs) proves them within
+    ``limits.EPS0_NEAR``, and refused otherwise (ValueError naming eps0 and the range)."""
+
+    def __init__(self, mechanism: Mechanism, eps0: float, n: int, params: dict[str, Any]) -> None:
+        self.mechanism, self.eps0, self.n, self.params = mechanism, eps0, n, params
+        self.delta0 = float(params.get("delta0") or 0.0)
+        self.pairs = mechanism.lower(eps0, **params) if mechanism.lower is not None else []
+
+    @classmethod
+    def of(cls, mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any]) -> FarEps0 | None:
+        """The far-eps0 answerer for these arguments (validated: mechanism and parameters first,
+        then eps0 <= EPS0_LIMIT and n), or None where eps0 is inside the engine's range."""
+        m = mechanism if isinstance(mechanism, Mechanism) else get_mechanism(mechanism)
+        resolved = m.resolve(params)
+        value = limits.checked_eps0(eps0)
+        users = limits.checked_n(n)
+        return cls(m, value, users, resolved) if limits.beyond_eps0(value) else None
+
+    def eps_bounds(self, delta: float) -> Bounds:
+        """(eps0, few-users lower bound) where that bound is within EPS0_NEAR of eps0."""
+        if self.delta0 > delta:
+            raise ValueError(f"delta={delta!r} is below delta0={self.delta0!r}: eps0={self.eps0!r} is above the live "
+                             f"engine's range eps0 <= {limits.EPS0_MAX:g}, where only eps0 itself is answered, and it "
+                             "is certified only for delta >= delta0")
+        low = closed_form.few_users_eps_lower(self.pairs, self.eps0, self.n, delta)
+        if low < (1 - limits.EPS0_NEAR) * self.eps0:
+            raise limits.far_eps0_error(self.eps0, low)
+        return Bounds(self.eps0, low, {"bound": "eps0: the local guarantee eps <= eps0 (eps0 above the engine's "
+                                                f"range, eps0 <= {limits.EPS0_MAX:g})"})
+
+    def trivial_delta(self, eps: float) -> float:
+        """1 - e^(eps - eps0) (0 from eps0 on), pushed up; 1 with a delta0 term (no bound here)."""
+        if self.delta0 > 0:
+            return 1.0
+        return max(-math.expm1(eps - self.eps0), 0.0) * (1 + FLOAT_SLACK)
+
+    def delta_lower(self, eps: float) -> float:
+        """The few-users lower bound on delta at eps (the largest over the lower-bound pairs)."""
+        return max((closed_form.few_users_delta(d, eps, self.n) for d in self.pairs), default=0.0)
+
+    def delta_bounds(self, eps: float, lower: bool) -> Bounds:
+        """(1 - e^(eps - eps0), few-users lower bound) where the lower is within EPS0_NEAR of it."""
+        upper = self.trivial_delta(eps)
+        low = self.delta_lower(eps) if upper > 0 else 0.0
+        if upper > 0 and (self.delta0 > 0 or low < (1 - limits.EPS0_NEAR) * upper):
+            raise limits.far_eps0_error(self.eps0, None, "delta")
+        detail = {"bound": "1 - e^(eps - eps0): the local guarantee (eps0 above the engine's range, "
+                           f"eps0 <= {limits.EPS0_MAX:g})"}
+        return Bounds(upper, (low if self.pairs else None) if lower else None, detail)
 
 
 def _fft_where_declined(out: np.ndarray, eps: np.ndarray, fft: Callable[[float], float]) -> np.ndarray:
@@ -239,11 +376,16 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
                  **params: Any) -> Bounds:
     """Certified delta at eps (and the lower bound) for n users of ``mechanism``; a certified
     delta below ``DELTA_FLOOR`` is reported as ``DELTA_FLOOR`` (rounded up)."""
+    far = FarEps0.of(mechanism, eps0, n, params)
+    if far is not None:
+        return far.delta_bounds(validate.nonnegative_finite("eps", eps), lower)
     q = Query(mechanism, eps0, n, params)
     eps = validate.nonnegative_finite("eps", eps)
     if q.delta_is_zero(eps):
         return Bounds(0.0, 0.0 if q.lower else None)
-    return Bounds(max(q.delta_upper(eps), DELTA_FLOOR), q.delta_lower(eps) if lower else None)
+    value = q.delta_upper(eps)
+    reported = max(value, DELTA_FLOOR) if value > 0 else value  # an exact 0 (e.g. eps near eps0) stays 0
+    return Bounds(reported, q.delta_lower(eps) if lower else None, q.far_n_detail(eps, value))
 
 
 def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndarray | list[float],
@@ -272,6 +414,9 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
     checked here instead of searched); False proves nothing about the exact value.
     """
     delta = validate.open_unit("delta", delta)
+    far = FarEps0.of(mechanism, eps0, n, params)
+    if far is not None:  # eps0 above the engine's range: the local guarantee alone
+        return far.trivial_delta(validate.nonnegative_finite("eps", eps)) <= delta
     return bool(delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta)
 
 
@@ -282,28 +427,54 @@ def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     spectral lower path (declined pairs count as 0: milliseconds).  The lower-bound mirror of
     ``certifies``: a True answer makes eps a lower bound on the exact eps; False proves nothing.
     """
-    q = Query(mechanism, eps0, n, params)
+    far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
     eps = validate.nonnegative_finite("eps", eps)
+    if far is not None:  # eps0 above the engine's range: the few-users bound alone
+        return far.delta_lower(eps) > delta
+    q = Query(mechanism, eps0, n, params)
     return bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]))[0] > delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
                rtol: float = RTOL, **params: Any) -> Bounds:
-    """Certified eps(delta) (smallest certified eps found) and the lower bound."""
-    q = Query(mechanism, eps0, n, params)
+    """Certified eps(delta) (smallest certified eps found) and the lower bound.
+
+    Beyond the engine's range (``tablegen/limits.py``): for n above ``limits.N_MAX`` the smaller
+    of the engine's value at N_MAX and the closed-form bound at n (Chernoff or Berry-Esseen),
+    without a lower bound; for eps0 above ``limits.EPS0_MAX`` eps0 itself where a lower bound
+    proves it close (``FarEps0``), else a ValueError.  ``detail`` then says which
+    (``far_n_detail``, ``FarEps0.eps_bounds``).
+    """
+    far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
+    if far is not None:
+        return far.eps_bounds(delta)
+    q = Query(mechanism, eps0, n, params)
     upper = _eps_upper(q, delta, rtol)
-    low = _eps_lower(q, delta, upper, rtol) if (lower and q.lower) else None
-    return Bounds(upper, low)
+    low = None
+    if lower and q.lower:
+        # the few-users bound (closed_form.py, milliseconds) is near-exact where n e^-eps0 is small
+        # (large eps0), where the lattice paths are weakest; the larger of the two lower bounds is
+        # kept, and the search is skipped where the closed form is already within rtol
+        low = closed_form.few_users_eps_lower(q.lower, q.eps0, q.n, delta)
+        if low < upper * (1 - rtol):
+            low = max(low, _eps_lower(q, delta, upper, rtol))
+        low = min(low, upper)
+    return Bounds(upper, low, q.far_n_detail(upper, delta))
 
 
 def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rtol: float = RTOL,
              **params: Any) -> float:
-    """Largest eps0 (found) whose certified eps at (n, delta) is <= eps: the local budget."""
+    """Largest eps0 (found) whose certified eps at (n, delta) is <= eps: the local budget.
+
+    eps0 is searched up to ``EPS0_CAP`` (the engine's range, ``limits.EPS0_MAX``); for eps at or
+    above it the answer is eps itself (eps0 = eps is always certified)."""
     eps = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
-    Query(mechanism, eps, n, params)  # validates mechanism, n and params up front
+    Query(mechanism, min(eps, EPS0_CAP), n, params)  # validates mechanism, n and params up front
+    if eps >= EPS0_CAP:
+        return eps
 
     def excess(e0: float) -> float:
         return _log_ratio(Query(mechanism, e0, n, params).delta_upper(eps), delta)

@@ -32,6 +32,7 @@ from scipy.special import bdtrc, erfcx
 
 from tablegen.engine import tails
 from tablegen.engine.lattice import LatticeLaw, saddlepoint
+from tablegen.limits import CellBudget
 
 UNIT_ROUNDOFF = 2.0**-53
 FP_SAFETY = 8.0
@@ -39,13 +40,16 @@ FOLD_TOLERANCE = 1e-10  # target for the relative size of truncated and folded m
 
 
 def log_expected_positive_part(
-    law: LatticeLaw, n: int, pessimistic: bool, shift: float = 0.0, off_lattice: float = 1.0
+    law: LatticeLaw, n: int, pessimistic: bool, shift: float = 0.0, off_lattice: float = 1.0,
+    budget: CellBudget | None = None,
 ) -> float:
     """log of a bound on E[(S + shift)_+] (lattice units), S the unrounded sum behind ``law``.
 
     ``pessimistic=True`` gives an upper bound (valid for the rounded and the unrounded sum);
     ``False`` a lower bound for the unrounded sum, whose users carry rounding noise only with
-    probability ``off_lattice`` each.  Returns -inf for a zero bound.
+    probability ``off_lattice`` each.  Returns -inf for a zero bound.  With a ``budget`` the
+    window is admitted by ``budget.spend`` before anything of its size is allocated (which raises
+    ``limits.WindowTooLarge`` for a window over the budget's limits).
     """
     if n * law.last + shift <= 0:
         return -math.inf
@@ -53,6 +57,8 @@ def log_expected_positive_part(
     tilted = law.tilted(lam)
     log_scale = n * float(law.log_mgf(lam)[0]) + lam * shift  # E = e^log_scale E_lam[g(S)]
     window = _window(tilted, n, lam)
+    if budget is not None:
+        budget.spend(window.size)
     p = _periodised_law(tilted, n, window)
     y = window.low + np.arange(p.size, dtype=float) + shift
     g = _weight(y, lam)
@@ -75,7 +81,10 @@ class _Window:
     """Integer window [low, high] of length ``size`` (an FFT-friendly length)."""
 
     def __init__(self, low: int, high: int) -> None:
-        self.size = next_fast_len(high - low + 1, real=True)
+        span = high - low + 1
+        # beyond 2^40 cells no FFT is ever run (a live query's CellBudget refuses it first), and
+        # next_fast_len itself refuses lengths near 2^63
+        self.size = next_fast_len(span, real=True) if span <= 2**40 else span
         self.low = low
         self.high = low + self.size - 1
         self.fp_l2 = 0.0

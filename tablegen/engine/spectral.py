@@ -60,6 +60,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.fft import next_fast_len, rfft
 
+from tablegen import limits
 from tablegen.decomposition import Decomposition
 from tablegen.engine.lattice import align_step, refine_step, saddlepoint_rows, tilted_log_weights, tilted_moments
 
@@ -673,7 +674,8 @@ class _Plan:
         period = keys // rows
         pair_cost = PAIR_NS * self.law.pair_base.shape[1] * np.bincount(combo, nodes, keys.size)
         fft_cost = FFT_NS * period * np.log2(np.maximum(period, 2))
-        return (pair_cost > fft_cost)[combo]
+        # longer periods stay in the pair form, whose passes are bounded by BATCH_NODES (memory)
+        return ((pair_cost > fft_cost) & (period <= limits.SPECTRUM_MAX_PERIOD))[combo]
 
     def _spectrum_nodes(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray,
                         fft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -686,9 +688,13 @@ class _Plan:
         offset = np.cumsum(length) - length
         table, err = np.empty(int(length.sum()), dtype=complex), np.empty(keys.size)
         bounds = np.flatnonzero(np.diff(period, prepend=-1, append=-1))  # runs of one period (keys sorted)
-        for first, last in zip(bounds[:-1], bounds[1:], strict=True):
-            psi, err[first:last] = self.law.spectrum(law_row[first:last], int(period[first]))
-            table[offset[first] : offset[first] + psi.size] = psi.ravel()
+        for run_first, run_last in zip(bounds[:-1], bounds[1:], strict=True):
+            # at most SPECTRUM_CELLS (rows x period) per FFT call: the same spectra, bounded memory
+            rows_per_call = max(1, limits.SPECTRUM_CELLS // int(period[run_first]))
+            for first in range(run_first, run_last, rows_per_call):
+                last = min(first + rows_per_call, run_last)
+                psi, err[first:last] = self.law.spectrum(law_row[first:last], int(period[first]))
+                table[offset[first] : offset[first] + psi.size] = psi.ravel()
         pair_combo = np.zeros(pr.size, dtype=np.int64)
         pair_combo[fft] = combo.ravel()
         return table[offset[pair_combo[row]] + k], err[combo.ravel()]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tablegen import validate
-from tablegen.decomposition import Decomposition, joint, parallel
+from tablegen import limits, validate
+from tablegen.decomposition import MAX_COMPONENTS, Decomposition, joint, parallel
 from tablegen.mechanisms.base import Mechanism, Param
 from tablegen.mechanisms.frequency import categories
 
@@ -71,14 +71,20 @@ def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> l
 
 
 def joint_upper(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
-    """Cartesian product of ``parts`` copies of the base decomposition at eps0 / parts."""
+    """Cartesian product of ``parts`` copies of the base decomposition at eps0 / parts (refused
+    before it is built where it is too costly: ``limits.check_joint``)."""
     options = _component(base, eps0 / parts, params, lower=False)
+    for d in options:
+        limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
     return [joint(list(choice)) for choice in itertools.product(options, repeat=parts)]
 
 
 def joint_lower(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
     """Product of the base's lower-bound pairs (the same pair in every attribute)."""
-    return [joint([d] * parts, up=False) for d in _component(base, eps0 / parts, params, lower=True)]
+    options = _component(base, eps0 / parts, params, lower=True)
+    for d in options:
+        limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
+    return [joint([d] * parts, up=False) for d in options]
 
 
 def parallel_upper(

@@ -29,6 +29,7 @@ import numpy as np
 
 from tablegen import validate
 from tablegen.decomposition import Decomposition, from_pairs
+from tablegen.limits import CATEGORIES_MAX
 from tablegen.mechanisms.base import Mechanism, Param
 from tablegen.mechanisms.domain import MAX_OUTPUTS, hadamard_matrix, hash_matrix, unary_matrix
 from tablegen.mechanisms.domain import output_count as domain_outputs
@@ -160,7 +161,7 @@ def default_buckets(eps0: float) -> int:
     return int(round(math.exp(eps0))) + 1
 
 
-MAX_CATEGORIES = 10**8  # k, g, domain: k = 1e8 takes ~10 s and 0.7 GB; 1e10 exhausts memory
+MAX_CATEGORIES = CATEGORIES_MAX  # k, g, domain: the limits of tablegen/limits.py
 
 
 def categories(name: str, value: object) -> int:

@@ -1,0 +1,75 @@
+"""Lookup beyond the live engine's domain (tablegen/limits.py): the CLI exits 2 naming the
+parameter and its range, the library raises ValueError, HTTP answers 400; inputs the engine
+answers beyond its own range (huge n, eps0 near the local guarantee) stay certified."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import lookup
+from lookup.cli import main
+from lookup.serve import make_server
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--mechanism", "krr", "--k", "3", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in (0, 40]"),
+    (["--mechanism", "laplace", "--eps0", "25", "--n", "1e6", "--delta", "1e-8"], "eps0 <= 20"),
+    (["--mechanism", "laplace", "--eps0", "1", "--n", "1e19", "--delta", "1e-8"], "n must be an integer in"),
+])
+def test_cli_refusals_exit_2(table_path: Path, args: list[str], expected: str) -> None:
+    code, out, err = run("eps", *args, "--table", str(table_path), "--json")
+    assert code == 2 and expected in err and "Traceback" not in err and out == ""
+
+
+def test_library_raises_value_error_naming_eps0(table_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"eps0 must be in \(0, 40\]"):
+        lookup.eps("krr", eps0=50.0, n=1e6, delta=1e-8, k=3, table=str(table_path))
+
+
+def test_huge_n_answers_at_most_the_tables_largest_n(table_path: Path) -> None:
+    """eps is non-increasing in n: the live answer at n = 1e15 is at most the table's answer at
+    its largest n (80), and at most eps0."""
+    t = str(table_path)
+    code, out, _ = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1", "--n", "1e15", "--delta", "1e-8",
+                       "--table", t, "--json")
+    assert code == 0
+    far = json.loads(out)
+    near = lookup.eps("krr", eps0=1.0, n=80, delta=1e-8, k=3, table=t, max_slack=None)
+    assert far["certified"] is True and 0 < far["eps"] <= near.value <= 1.0
+
+
+def test_eps0_near_the_local_guarantee_is_answered(table_path: Path) -> None:
+    code, out, _ = run("eps", "--mechanism", "generic", "--eps0", "25", "--n", "1e6", "--delta", "1e-8",
+                       "--table", str(table_path), "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["eps"] == 25.0 and answer["source"] == "live"
+
+
+def test_http_answers_400_naming_the_parameter(table_path: Path) -> None:
+    server = make_server("127.0.0.1", 0, str(table_path), max_live=1, live_timeout=30.0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        for query, expected in [("mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", "eps0 must be in (0, 40]"),
+                                ("mechanism=laplace&eps0=25&n=1e6&delta=1e-8", "eps0 <= 20")]:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"{base}/v1/eps?{query}", timeout=60)
+            assert err.value.code == 400
+            assert expected in json.loads(err.value.read())["error"]
+    finally:
+        server.shutdown()
+        server.server_close()
