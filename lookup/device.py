@@ -1,5 +1,6 @@
 """Device files: one mechanism family of a table in one compact file, readable with the Python
-standard library alone (this module imports nothing else at load).
+standard library alone (this module imports nothing else at load).  The format, byte by byte,
+and the C99 reader beside this one (``lookup/c/``): docs/device-format.md.
 
 Layout (all little-endian)::
 
@@ -9,13 +10,21 @@ Layout (all little-endian)::
     then       R*E*N*D float32 certified eps, C order (row, eps0, n, delta), each rounded UP
     then       R*E*N*D float32 lower bounds, rounded DOWN (NaN: none)
 
-Header keys: ``format`` (1), ``family``, ``rows`` (the parameters of each row),
+Header keys: ``format`` (2), ``family``, ``rows`` (the parameters of each row),
 ``eps0_monotone`` (per row; false: only grid eps0 may be answered), ``eps0``, ``n``, ``delta``
 (ascending axes), ``shape`` [R, E, N, D], ``dtype`` ("<f4"), ``source`` (the table, its spec
-SHA-256, engine version and date), and ``sha256``: the SHA-256 of the header without this key
-(JSON, keys sorted, separators "," and ":") followed by the payload.  The surfaces are already
+SHA-256, engine version and date), and ``sha256``, written last: the header ends with the bytes
+``,"sha256":"`` + 64 lowercase hex digits + ``"}``, the SHA-256 of the header bytes as written
+with those 64 digits replaced by ASCII "0", followed by the payload (``encode`` writes it,
+``header_sha256`` computes it), so any reader checks it byte-exactly without re-serialising
+JSON.  Format 1 (files written before 2026-11-25) hashed the header re-serialised as sorted
+compact JSON (``checksum_v1``); this reader still reads it, the C reader refuses it (export it
+again).
+
+A header is strict JSON: duplicate keys, NaN and Infinity are refused.  The surfaces are already
 monotone (``lookup.table``), so a reader applies the rules of ``lookup.rules`` directly;
-``DeviceTable.eps`` does so for one query.
+``DeviceTable.eps`` does so for one query, after checking the row's values once (the
+invariants of ``lookup.checks.check_row``, here without numpy).
 """
 
 from __future__ import annotations
@@ -30,8 +39,15 @@ from array import array
 from typing import Any
 
 MAGIC = b"SHEPSDV1"
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, 2)  # readable here: 1, the re-serialised checksum (``checksum_v1``); 2, the byte-exact one
 FLOAT_SLACK = 1e-12  # as lookup.rules: the chord's rounding pushed up
+DIGEST_KEY = b',"sha256":"'  # format 2: the header ends with DIGEST_KEY + 64 hex digits + b'"}'
+DIGEST_TAIL = b'"}'
+# lookup.checks's invariants of a row (that module needs numpy); a test keeps these equal to its constants
+MONOTONE_RTOL = 0.03
+MONOTONE_ATOL = 1e-7
+CAP_RTOL = 2.0**-11
 
 
 class DeviceFileError(ValueError):
@@ -46,6 +62,7 @@ class DeviceTable:
         self.upper = upper
         self.lower = lower
         self.shape = tuple(header["shape"])
+        self.checked: set[int] = set()
 
     def row(self, params: dict[str, Any]) -> int | None:
         want = canonical(params)
@@ -58,10 +75,14 @@ class DeviceTable:
 
     def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
         """Certified eps (the rules of ``lookup.rules`` for one query); ValueError when the file
-        cannot answer (row absent, eps0 above the grid, n or delta below it)."""
+        cannot answer (row absent, eps0 above the grid, n or delta below it), DeviceFileError
+        when the row's values break an invariant (``check_row``, once per row)."""
         if not (0 < eps0 < math.inf and 1 <= n < math.inf and 0 < delta < 1):
             raise ValueError(f"need eps0 > 0, n >= 1 and delta in (0, 1), got eps0={eps0} n={n} delta={delta}")
         r = self.row(params)
+        if r is not None and r not in self.checked:
+            check_row(self, r)
+            self.checked.add(r)
         cell = locate(self.header["eps0"], self.header["n"], self.header["delta"], eps0, n, delta)
         if (r is None or cell is None
                 or (not self.header["eps0_monotone"][r] and self.header["eps0"][cell.eps0_up] != eps0)):
@@ -114,10 +135,40 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def checksum(header: dict[str, Any], payload: bytes) -> str:
-    """SHA-256 over the header (without its ``sha256`` key) and the payload."""
+def checksum_v1(header: dict[str, Any], payload: bytes) -> str:
+    """Format 1's SHA-256: over the header (without its ``sha256`` key) re-serialised as sorted
+    compact JSON, and the payload (read here for old files; format 2 is ``header_sha256``)."""
     rest = {k: v for k, v in header.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode() + payload).hexdigest()
+
+
+def header_sha256(text: bytes, payload: bytes) -> str:
+    """Format 2's SHA-256 of a header ``text`` (as written in the file, ending with ``DIGEST_KEY``
+    + 64 hex digits + ``DIGEST_TAIL``) with its 64 digest digits read as ASCII "0", followed by
+    the payload."""
+    end = len(text) - len(DIGEST_TAIL)
+    return hashlib.sha256(text[:end - 64] + b"0" * 64 + text[end:] + payload).hexdigest()
+
+
+def encode(header: dict[str, Any], payload: bytes) -> bytes:
+    """The bytes of a device file (format 2) with ``header`` (its ``sha256`` key, if any, replaced)
+    and ``payload``: the header as compact JSON with ``sha256`` last, sealed by ``header_sha256``."""
+    sealed = {k: v for k, v in header.items() if k != "sha256"}
+    sealed["sha256"] = "0" * 64
+    text = json.dumps(sealed, separators=(",", ":"), allow_nan=False).encode()
+    end = len(text) - len(DIGEST_TAIL)
+    text = text[:end - 64] + header_sha256(text, payload).encode() + text[end:]
+    return MAGIC + struct.pack("<I", len(text)) + text + payload
+
+
+def _digest_in(text: bytes) -> str | None:
+    """The 64 lowercase hex digits a format-2 header ends with (None if it does not end so)."""
+    end = len(text) - len(DIGEST_TAIL)
+    digits = text[end - 64:end]
+    if (text[end:] != DIGEST_TAIL or text[end - 64 - len(DIGEST_KEY):end - 64] != DIGEST_KEY
+            or not all(c in b"0123456789abcdef" for c in digits)):
+        return None
+    return digits.decode()
 
 
 HEADER_KEYS = {"family": str, "rows": list, "eps0_monotone": list, "eps0": list, "n": list, "delta": list,
@@ -143,27 +194,53 @@ def _check_header(path: str, header: dict[str, Any]) -> None:
                                   "in its domain")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def read_device(path: str) -> DeviceTable:
-    """Parse and check a device file (standard library only)."""
+    """Parse and check a device file (standard library only): magic, strict JSON header, format,
+    checksum, every header key and the payload's length; a row's values are checked before its
+    first answer (``DeviceTable.eps``)."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 12 or data[:8] != MAGIC:
         raise DeviceFileError(f"{path}: not a shuffle-eps device file (bad magic)")
     (length,) = struct.unpack_from("<I", data, 8)
+    if 12 + length > len(data):
+        raise DeviceFileError(f"{path}: refused, truncated (a header of {length} bytes, {len(data) - 12} follow)")
+    text = data[12:12 + length]
     try:
-        header = json.loads(data[12:12 + length].decode())
-    except (UnicodeDecodeError, ValueError):
+        header = json.loads(text.decode(), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise DeviceFileError(f"{path}: malformed header") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise DeviceFileError(f"{path}: unsupported format (this reader: {FORMAT})")
+    fmt = header.get("format") if isinstance(header, dict) else None
+    if isinstance(fmt, bool) or fmt not in FORMATS:
+        raise DeviceFileError(f"{path}: unsupported format {fmt!r} (this reader: {', '.join(map(str, FORMATS))})")
     payload = data[12 + length:]
-    if checksum(header, payload) != header.get("sha256"):
+    if fmt == 1:
+        matches = checksum_v1(header, payload) == header.get("sha256")
+    else:
+        digest = _digest_in(text)
+        if digest is None or header.get("sha256") != digest:
+            raise DeviceFileError(f"{path}: refused, the header does not end with its SHA-256 "
+                                  '(,"sha256":"<64 lowercase hex digits>"})')
+        matches = header_sha256(text, payload) == digest
+    if not matches:
         raise DeviceFileError(f"{path}: refused, header and payload do not match their SHA-256 "
                               "(corrupted or modified)")
     _check_header(path, header)
     shape = header["shape"]
     axes = [len(header["rows"]), len(header["eps0"]), len(header["n"]), len(header["delta"])]
-    if shape != axes or header.get("dtype") != "<f4" or len(header["eps0_monotone"]) != shape[0]:
+    if (not all(type(v) is int for v in shape) or shape != axes or header.get("dtype") != "<f4"
+            or len(header["eps0_monotone"]) != len(header["rows"])):
         raise DeviceFileError(f"{path}: header shape {shape} or dtype does not match its axes {axes}")
     count = math.prod(shape)
     if len(payload) != 8 * count:
@@ -173,3 +250,39 @@ def read_device(path: str) -> DeviceTable:
     if sys.byteorder == "big":
         values.byteswap()
     return DeviceTable(header, values[:count], values[count:])
+
+
+def check_row(table: DeviceTable, r: int) -> None:
+    """Row r's stored values against ``lookup.checks.check_row``'s invariants (the same
+    comparisons in float64, standard library only): eps finite and in [0, eps0 (1 + CAP_RTOL)],
+    lower bounds NaN or in [0, eps], eps monotone as the exact eps up to MONOTONE_RTOL (non-
+    decreasing in eps0 for eps0-monotone rows, non-increasing in n and delta); DeviceFileError
+    naming the first failing cell."""
+    _, n_eps0, n_n, n_delta = table.shape
+    h = table.header
+    base = r * n_eps0 * n_n * n_delta
+    upper, lower = table.upper[base:base + n_eps0 * n_n * n_delta], table.lower[base:base + n_eps0 * n_n * n_delta]
+
+    def refuse(i: int, what: str) -> None:
+        e, rest = divmod(i, n_n * n_delta)
+        j, d = divmod(rest, n_delta)
+        raise DeviceFileError(f"refused, {h['family']} row {canonical(h['rows'][r])}: {what} at eps0 {h['eps0'][e]:g}, "
+                              f"n {h['n'][j]:g}, delta {h['delta'][d]:g}; rebuild or re-export it")
+
+    for i, u in enumerate(upper):
+        cap = h["eps0"][i // (n_n * n_delta)] * (1 + CAP_RTOL)
+        if not (math.isfinite(u) and 0 <= u <= cap):
+            refuse(i, f"eps={u!r} outside [0, eps0]")
+    for i, (u, lo) in enumerate(zip(upper, lower, strict=True)):
+        if not (math.isnan(lo) or 0 <= lo <= u):
+            refuse(i, f"lower bound {lo!r} outside [0, eps={u!r}]")
+    strides = (("eps0", n_n * n_delta, n_eps0, +1), ("n", n_delta, n_n, -1), ("delta", 1, n_delta, -1))
+    for name, stride, size, sign in strides:
+        if name == "eps0" and not h["eps0_monotone"][r]:
+            continue
+        for i, u in enumerate(upper):
+            if (i // stride) % size == size - 1:
+                continue
+            step = sign * (upper[i + stride] - u)
+            if step < -(MONOTONE_RTOL * u + MONOTONE_ATOL):
+                refuse(i, f"eps not monotone in {name} ({u!r}, then {upper[i + stride]!r} at the next {name})")

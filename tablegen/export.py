@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FORMAT, MAGIC, checksum
+from lookup.device import FORMAT, encode
 from lookup.table import Table, canonical_params, open_table
 from tablegen.store import round_float32
 
@@ -138,16 +138,16 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "cut": {"eps0": _numbers(eps0), "n_min": _number(n_min), "n_max": _number(n_max), "delta": _numbers(delta)},
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
-    payload = upper.tobytes() + lower.tobytes()
-    header["sha256"] = checksum(header, payload)
-    text = json.dumps(header, separators=(",", ":")).encode()
+    payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
+    data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
+    (header_bytes,) = struct.unpack_from("<I", data, 8)
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(MAGIC + struct.pack("<I", len(text)) + text + payload)
+    tmp.write_bytes(data)
     os.replace(tmp, out)
     slack, where, excess = worst_slack(upper)
     return {
-        "file": str(out), "bytes": out.stat().st_size, "header_bytes": len(text),
+        "file": str(out), "bytes": out.stat().st_size, "header_bytes": header_bytes,
         "rows": [t.labels()[i] for i in rows], "shape": list(upper.shape), **axes,
         "worst_slack": slack, "slack_floor": SLACK_FLOOR, "worst_excess_below_floor": excess,
         "worst_slack_at": None if where is None else {

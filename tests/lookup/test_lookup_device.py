@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import lookup
 from lookup import trust
-from lookup.device import checksum, read_device
+from lookup.device import encode, read_device
 from tablegen.export import export_device, worst_slack
 from tablegen.store import round_float32
 
@@ -91,9 +91,7 @@ def _rewritten(device: Path, edit: Any) -> None:
     (length,) = struct.unpack_from("<I", data, 8)
     header, payload = json.loads(data[12:12 + length]), data[12 + length:]
     edit(header)
-    header["sha256"] = checksum(header, payload)
-    text = json.dumps(header).encode()
-    device.write_bytes(data[:8] + struct.pack("<I", len(text)) + text + payload)
+    device.write_bytes(encode(header, payload))  # sealed with a matching SHA-256 (format 2)
 
 
 @pytest.mark.parametrize(("edit", "reason"), [

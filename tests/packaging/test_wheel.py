@@ -110,6 +110,8 @@ def test_distributions_carry_verifiable_tables(dist: dict[str, Path], kind: str,
     else:
         _untar(dist["sdist"], tmp_path)
         stores = next(tmp_path.iterdir()) / "data"
+        sources = {p.name for p in (next(tmp_path.iterdir()) / "lookup" / "c").iterdir()}
+        assert {"shuffle_eps_device.h", "shuffle_eps_device.c", "shuffle_eps_query.c"} <= sources  # the C reader
     for name in TABLES:
         assert (stores / name / "MANIFEST.sha256").is_file(), f"{name} missing from the {kind}"
         assert read_verified(stores / name)  # raises on any mismatch

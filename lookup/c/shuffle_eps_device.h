@@ -1,0 +1,134 @@
+/*
+ * shuffle_eps_device.h - a C99 reader for shuffle-eps device files (format 2).
+ *
+ * A device file holds certified shuffle-model privacy numbers eps(eps0, n, delta) for the rows of
+ * one mechanism family, as written by `tablegen export --device`.  This reader checks the whole
+ * file when it is opened (magic, header length, UTF-8, strict JSON, format, SHA-256, every header
+ * key and type, the axes, the shape, the payload's length, and every stored value against the
+ * invariants of certified values) and answers queries by the conservative rules of the Python
+ * reader `lookup.device.DeviceTable.eps`, with the same operations, so answers are the same
+ * doubles.  The format byte by byte, the rules and why each is safe: docs/device-format.md.
+ *
+ * Portability: C99, libc and libm only (-lm).  No global state, no allocation: the caller owns all
+ * memory.  The payload is decoded from its little-endian bytes explicitly (no casts), so the
+ * reader works on any byte order.  Numbers in the header are parsed with strtod in the current C
+ * locale's decimal point (the reader substitutes it for '.'), so any locale is fine; as for any
+ * strtod caller, do not change the locale (setlocale) in another thread while opening or querying.
+ *
+ * Memory: the caller passes the file's bytes, which must stay alive and unchanged while the table
+ * is used (the table points into them), and a work array of doubles for the decoded axes, of
+ * length `work_needed` (eps0 + n + delta axis lengths + rows).  Learn it by a first call with no
+ * work array:
+ *
+ *     shuffle_eps_table t;
+ *     double *work = NULL;
+ *     int status = shuffle_eps_open(&t, bytes, size, NULL, 0);
+ *     if (status == SHUFFLE_EPS_E_WORKSPACE) {
+ *         work = malloc(t.work_needed * sizeof *work);     (or a static buffer)
+ *         status = work ? shuffle_eps_open(&t, bytes, size, work, t.work_needed) : SHUFFLE_EPS_E_ARGUMENT;
+ *     }
+ *     if (status != SHUFFLE_EPS_OK) { puts(shuffle_eps_status_message(status)); ... }
+ *     double eps;
+ *     status = shuffle_eps_eps(&t, "{\"k\":10}", 1.0, 250000, 1e-8, &eps);
+ *     ...
+ *     free(work);     (and the file bytes: the table itself holds nothing to release)
+ *
+ * Every function returns a status (0: SHUFFLE_EPS_OK); a refusal never writes a result.
+ * Compile the library with -std=c99 (GCC then contracts no floating-point operations, as the
+ * Python reader does not); with clang or -std=gnu99 add -ffp-contract=off for answers identical
+ * to the bit (otherwise within an ulp or so).
+ */
+#ifndef SHUFFLE_EPS_DEVICE_H
+#define SHUFFLE_EPS_DEVICE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHUFFLE_EPS_DEVICE_FORMAT 2      /* the header's "format" this reader reads */
+#define SHUFFLE_EPS_JSON_MAX_DEPTH 64    /* deeper JSON nesting is refused */
+#define SHUFFLE_EPS_JSON_NUMBER_MAX 400  /* longer JSON number literals are refused */
+#define SHUFFLE_EPS_JSON_MAX_MEMBERS 1024 /* objects with more members are refused (duplicate keys are
+                                             looked for without memory: quadratic in the members) */
+
+/* Status codes (also the exit codes of shuffle_eps_query).  Names and meanings are stable. */
+enum shuffle_eps_status {
+    SHUFFLE_EPS_OK = 0,
+    /* the call */
+    SHUFFLE_EPS_E_ARGUMENT = 1,       /* a NULL pointer, an unopened table, a bad command line */
+    SHUFFLE_EPS_E_IO = 2,             /* the file could not be read (shuffle_eps_query only) */
+    SHUFFLE_EPS_E_WORKSPACE = 3,      /* the work array is shorter than table->work_needed */
+    /* the file: refused when opened */
+    SHUFFLE_EPS_E_TRUNCATED = 10,     /* shorter than 12 bytes, or than 12 + the header length */
+    SHUFFLE_EPS_E_MAGIC = 11,         /* does not start with "SHEPSDV1": not a device file */
+    SHUFFLE_EPS_E_ENCODING = 12,      /* the header is not valid UTF-8 */
+    SHUFFLE_EPS_E_JSON = 13,          /* the header is not one strict JSON object (duplicate keys, NaN, ...
+                                         or beyond the limits above, which exported files are far within) */
+    SHUFFLE_EPS_E_FORMAT = 14,        /* "format" missing or not 2 (format 1 files: re-export them) */
+    SHUFFLE_EPS_E_DIGEST_FIELD = 15,  /* the header does not end with ,"sha256":"<64 lowercase hex>"} */
+    SHUFFLE_EPS_E_CHECKSUM = 16,      /* header and payload do not match their SHA-256 */
+    SHUFFLE_EPS_E_KEY = 17,           /* a required header key missing or of the wrong type */
+    SHUFFLE_EPS_E_AXIS = 18,          /* an axis not finite numbers strictly increasing in its domain */
+    SHUFFLE_EPS_E_SHAPE = 19,         /* shape, dtype or eps0_monotone disagree with the axes and rows */
+    SHUFFLE_EPS_E_PAYLOAD = 20,       /* the payload is not 8 * R * E * N * D bytes */
+    SHUFFLE_EPS_E_VALUE = 30,         /* a certified eps not finite or outside [0, eps0 (1 + 2^-11)] */
+    SHUFFLE_EPS_E_LOWER = 31,         /* a lower bound neither NaN nor in [0, eps] */
+    SHUFFLE_EPS_E_MONOTONE = 32,      /* eps not monotone as the exact eps is, beyond 3% + 1e-7 */
+    /* the query: refused, never extrapolated */
+    SHUFFLE_EPS_E_QUERY = 40,         /* not eps0 > 0, 1 <= n < inf and 0 < delta < 1 */
+    SHUFFLE_EPS_E_PARAMS = 41,        /* the parameters are not a JSON object */
+    SHUFFLE_EPS_E_ROW = 42,           /* no row with these parameters (or none given, several rows) */
+    SHUFFLE_EPS_E_EPS0_ABOVE = 43,    /* eps0 above the largest stored eps0 */
+    SHUFFLE_EPS_E_N_BELOW = 44,       /* n below the smallest stored n */
+    SHUFFLE_EPS_E_DELTA_BELOW = 45,   /* delta below the smallest stored delta */
+    SHUFFLE_EPS_E_EPS0_OFF_GRID = 46  /* the row answers at its stored eps0 only (eps0_monotone false) */
+};
+
+/* An opened device file.  Read the fields, never write them; valid while the file bytes and the
+ * work array live. */
+typedef struct shuffle_eps_table {
+    const unsigned char *header;   /* the header's JSON text (header_len bytes, not NUL-terminated) */
+    size_t header_len;
+    const unsigned char *upper;    /* R*E*N*D little-endian float32 certified eps, C order */
+    const unsigned char *lower;    /* R*E*N*D little-endian float32 lower bounds (NaN: none) */
+    size_t rows, n_eps0, n_n, n_delta;
+    const double *eps0, *n, *delta;  /* the ascending axes, in the work array */
+    const double *eps0_monotone;     /* per row, 1.0 or 0.0, in the work array */
+    size_t work_needed;              /* doubles of work: n_eps0 + n_n + n_delta + rows */
+    size_t where[4];                 /* after E_VALUE, E_LOWER, E_MONOTONE: row, eps0, n, delta index */
+    int ready;                       /* nonzero once opened */
+} shuffle_eps_table;
+
+/* Open and check the device file held in bytes[0..size).  On SHUFFLE_EPS_OK the table is ready;
+ * on SHUFFLE_EPS_E_WORKSPACE (work_len < table->work_needed, e.g. 0) the whole file but the
+ * stored values has been checked: call again with a work array of work_needed doubles.  Any other
+ * status refuses the file (table->where names the cell for the value checks). */
+int shuffle_eps_open(shuffle_eps_table *table, const unsigned char *bytes, size_t size, double *work,
+                     size_t work_len);
+
+/* The certified eps at (eps0, n, delta) for the row whose parameters equal params_json (a JSON
+ * object, e.g. "{\"k\":10}" or "{}"; compared as values: key order, spacing and 10 vs 10.0 do not
+ * matter, null members are ignored), or for the only row when params_json is NULL.  The rules,
+ * as DeviceTable.eps: eps0 rounded up to a stored eps0, n down to a stored n, delta on the chord
+ * in (e^eps, delta) between the two stored deltas around it (rounded up by 1 + 1e-12; a delta
+ * above the largest takes the largest), the result capped at eps0.  Refusals: E_ARGUMENT,
+ * E_QUERY, E_PARAMS, E_ROW, E_EPS0_ABOVE, E_N_BELOW, E_DELTA_BELOW, E_EPS0_OFF_GRID. */
+int shuffle_eps_eps(const shuffle_eps_table *table, const char *params_json, double eps0, double n, double delta,
+                    double *eps_out);
+
+/* Row r's parameters as the JSON text stored in the header (a pointer into it, *len bytes). */
+int shuffle_eps_row_json(const shuffle_eps_table *table, size_t r, const char **text, size_t *len);
+
+/* A static, human-readable sentence for a status code ("unknown status" for others). */
+const char *shuffle_eps_status_message(int status);
+
+/* SHA-256 (FIPS 180-4) of data[0..len) into digest[0..32). */
+void shuffle_eps_sha256(const unsigned char *data, size_t len, unsigned char digest[32]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHUFFLE_EPS_DEVICE_H */

@@ -1,0 +1,119 @@
+/*
+ * shuffle_eps_query - answer one query from a shuffle-eps device file (an example of
+ * shuffle_eps_device.h; docs/device-format.md).
+ *
+ *     shuffle_eps_query FILE PARAMS_JSON EPS0 N DELTA
+ *     shuffle_eps_query FILE EPS0 N DELTA          (a file with one row: its parameters may be left out)
+ *
+ * PARAMS_JSON is the row's parameters as a JSON object, e.g. '{"k":10}' for k-RR with k = 10 or
+ * '{}' for a family without parameters.  Prints the certified eps on stdout with %.17g (it reads
+ * back as the same double) and exits 0; otherwise prints the reason on stderr and exits with the
+ * status code (shuffle_eps_device.h: 1 bad command line, 2 unreadable file, 10-32 a refused file,
+ * 40-46 a query the file cannot answer).
+ *
+ * Build:  cc -std=c99 -O2 -o shuffle_eps_query shuffle_eps_query.c shuffle_eps_device.c -lm
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "shuffle_eps_device.h"
+
+static const char *USAGE = "usage: shuffle_eps_query FILE [PARAMS_JSON] EPS0 N DELTA\n";
+
+static int number(const char *text, double *out) {
+    char *end;
+    if (text[0] == '\0') return 0;
+    *out = strtod(text, &end);
+    return *end == '\0';
+}
+
+/* the whole file into a malloc'd buffer (the caller frees it); 0 on failure */
+static int read_file(const char *path, unsigned char **bytes, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    size_t cap = 1 << 16, len = 0, got;
+    unsigned char *buf = malloc(cap);
+    if (f == NULL || buf == NULL) {
+        if (f != NULL) fclose(f);
+        free(buf);
+        return 0;
+    }
+    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            unsigned char *bigger = cap > ((size_t)-1) / 2 ? NULL : realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                fclose(f);
+                return 0;
+            }
+            buf = bigger, cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        return 0;
+    }
+    fclose(f);
+    *bytes = buf, *size = len;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *path, *params = NULL;
+    unsigned char *bytes = NULL;
+    size_t size = 0;
+    double *work = NULL, eps0, n, delta, eps;
+    shuffle_eps_table table;
+    int status, first;
+
+    if (argc != 5 && argc != 6) {
+        fputs(USAGE, stderr);
+        return SHUFFLE_EPS_E_ARGUMENT;
+    }
+    path = argv[1];
+    if (argc == 6) params = argv[2];
+    first = argc == 6 ? 3 : 2;
+    if (!number(argv[first], &eps0) || !number(argv[first + 1], &n) || !number(argv[first + 2], &delta)) {
+        fprintf(stderr, "shuffle_eps_query: EPS0, N and DELTA must be numbers\n%s", USAGE);
+        return SHUFFLE_EPS_E_ARGUMENT;
+    }
+    if (!read_file(path, &bytes, &size)) {
+        fprintf(stderr, "shuffle_eps_query: %s: %s\n", path, shuffle_eps_status_message(SHUFFLE_EPS_E_IO));
+        return SHUFFLE_EPS_E_IO;
+    }
+    status = shuffle_eps_open(&table, bytes, size, NULL, 0);
+    if (status == SHUFFLE_EPS_E_WORKSPACE) {
+        work = malloc((table.work_needed ? table.work_needed : 1) * sizeof *work);
+        status = work == NULL ? SHUFFLE_EPS_E_IO : shuffle_eps_open(&table, bytes, size, work, table.work_needed);
+    }
+    if (status != SHUFFLE_EPS_OK) {
+        fprintf(stderr, "shuffle_eps_query: %s: %s", path, shuffle_eps_status_message(status));
+        if (status == SHUFFLE_EPS_E_VALUE || status == SHUFFLE_EPS_E_LOWER || status == SHUFFLE_EPS_E_MONOTONE)
+            fprintf(stderr, " (row %lu, eps0 %g, n %g, delta %g)", (unsigned long)table.where[0],
+                    table.eps0[table.where[1]], table.n[table.where[2]], table.delta[table.where[3]]);
+        fputc('\n', stderr);
+    } else {
+        status = shuffle_eps_eps(&table, params, eps0, n, delta, &eps);
+        if (status == SHUFFLE_EPS_OK) {
+            printf("%.17g\n", eps);
+        } else {
+            size_t r;
+            fprintf(stderr, "shuffle_eps_query: %s: %s (eps0=%g n=%g delta=%g)\n", path,
+                    shuffle_eps_status_message(status), eps0, n, delta);
+            if (status == SHUFFLE_EPS_E_ROW) {
+                fputs("the file's rows (PARAMS_JSON):", stderr);
+                for (r = 0; r < table.rows; r++) {
+                    const char *text;
+                    size_t len;
+                    if (shuffle_eps_row_json(&table, r, &text, &len) == SHUFFLE_EPS_OK)
+                        fprintf(stderr, " %.*s", (int)len, text);
+                }
+                fputc('\n', stderr);
+            }
+        }
+    }
+    free(work);
+    free(bytes);
+    return status;
+}
