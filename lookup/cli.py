@@ -7,6 +7,7 @@ covers.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,7 @@ from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
 from lookup.table import TableError
+from lookup.trust import ENV_KEYS
 
 
 def query_options(func: Any) -> Any:
@@ -30,6 +32,9 @@ def query_options(func: Any) -> Any:
                      help=f"refine table answers whose slack estimate is above this with the engine (default "
                           f"{MAX_SLACK:g}, {MAX_SLACK_EPS0:g} for eps0-max; 'none': table only)"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
+        click.option("--trusted-key", "trusted_key", multiple=True,
+                     help="Ed25519 public key (PEM) whose signed tables need no spot certification (repeatable; "
+                          "also $SHUFFLE_EPS_TRUSTED_KEYS)"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -79,6 +84,10 @@ def eps0_max(mechanism: str, n: str, table: str | None, no_live: bool, max_slack
 def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str | None, no_live: bool,
            max_slack: str | None, as_json: bool, raw: dict[str, Any]) -> None:
     """Answer ``lookup.<kind>`` for text arguments and print it (the three query commands)."""
+    keys = raw.pop("trusted_key", ())
+    if keys:  # read by lookup.trust when the table is opened
+        os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
+
     def run() -> dict[str, Any]:
         arguments = query_arguments(numbers, raw)
         answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.table import MANIFEST, TableError, parse_manifest
+from lookup.table import MANIFEST, UNLISTED, TableError, parse_manifest
 
 NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                   "uint32", "uint64", "float16", "float32", "float64")}
@@ -138,13 +138,14 @@ def _open_directory(store: Path) -> int | None:
 
 
 def _present(store: Path, directory: int | None) -> list[str]:
-    """Relative paths of the store's files (the manifest excepted), through ``directory`` if given."""
+    """Relative paths of the store's files (the manifest and its signature excepted), through
+    ``directory`` if given."""
     if directory is None:
         walk = ((os.path.relpath(root, store), files) for root, _, files in os.walk(store))
     else:
         walk = ((root, files) for root, _, files, _ in os.fwalk(".", dir_fd=directory))
     return [os.path.normpath(os.path.join(root, name)).replace(os.sep, "/")
-            for root, files in walk for name in files if name != MANIFEST]
+            for root, files in walk for name in files if name not in UNLISTED]
 
 
 class StoreGroup:

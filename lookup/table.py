@@ -41,6 +41,8 @@ from lookup import checks
 from lookup.checks import canonical_params
 
 MANIFEST = "MANIFEST.sha256"
+SIGNATURE = "SIGNATURE.ed25519"  # optional, beside the manifest: an Ed25519 signature of it (lookup.trust)
+UNLISTED = (MANIFEST, SIGNATURE)  # the files of a store its manifest does not list
 ENV_TABLE = "SHUFFLE_EPS_TABLE"
 
 
@@ -237,8 +239,8 @@ def parse_manifest(text: str) -> dict[str, str]:
 
 
 def store_files(store: Path) -> list[str]:
-    """Relative paths of every file of ``store`` except the manifest, sorted."""
-    return sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name != MANIFEST)
+    """Relative paths of every file of ``store`` except the manifest and its signature, sorted."""
+    return sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file() and p.name not in UNLISTED)
 
 
 def manifest_mismatches(store: Path, listed: dict[str, str],

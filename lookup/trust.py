@@ -17,12 +17,24 @@ attribute edited along with the axes.  So:
 
 This is a sample, not a proof over every cell: it catches the damage a buggy writer, a bad
 merge or an edit leaves (whole rows, axes, labels), which moves many cells at once.
+
+Signatures (optional, for operators who ship tables between machines, e.g. to a reader without
+the engine): ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` writes an
+Ed25519 signature of the table's digest (``SIGNATURE.ed25519`` beside a store's manifest, not
+listed in it; ``FILE.sig`` beside a device file).  A reader given trusted public keys (PEM files,
+``--trusted-key`` or ``$SHUFFLE_EPS_TRUSTED_KEYS``, separated by ``os.pathsep``) takes a table
+signed by one of them as vouched for, and refuses one whose signature by a trusted key does not
+verify (changed after signing).  Integrity (the manifest), soundness (the checks and the spot
+certification) and authenticity (the signature) are separate questions, each answered here.
+Signing needs the ``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported only
+where a signature is made or checked.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 from pathlib import Path
@@ -35,6 +47,8 @@ PINNED = {
     "45900ee1acb4686c5f55b17538f29683f73ef2ea6ed7ab9967e41eaf9bed0e72": "default.zarr",
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
+ENV_KEYS = "SHUFFLE_EPS_TRUSTED_KEYS"
+SIGNED = b"shuffle-eps table digest "  # the signed message: this prefix, then the digest's hex digits
 
 
 def listing_digest(listed: dict[str, str]) -> str:
@@ -66,7 +80,7 @@ def vouch(table: Any, digest: str) -> None:
     pinned or was spot-certified before, else spot-certify it; TableError naming the cells."""
     from lookup.table import TableError
 
-    if digest in PINNED or _remembered(digest):
+    if digest in PINNED or signed_by_trusted_key(table.path, digest) or _remembered(digest):
         return
     try:
         from tablegen.engine import certifies
@@ -77,6 +91,89 @@ def vouch(table: Any, digest: str) -> None:
     if problem:
         raise TableError(f"{table.path}: refused, {problem}; rebuild or re-download it")
     _remember(digest)
+
+
+def signature_path(path: str | Path) -> Path:
+    """Where the signature of the table or device file at ``path`` lives."""
+    from lookup.table import SIGNATURE
+
+    path = Path(path)
+    return path / SIGNATURE if path.is_dir() else path.with_name(path.name + ".sig")
+
+
+def table_digest(path: str | Path) -> str:
+    """The digest a signature covers: a store's ``listing_digest``, a device file's SHA-256."""
+    from lookup.device import read_device
+    from lookup.table import read_manifest
+
+    path = Path(path)
+    return listing_digest(read_manifest(path)) if path.is_dir() else read_device(str(path)).header["sha256"]
+
+
+def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
+    """Write the Ed25519 signature of the digest of the table or device file at ``path``
+    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"--sign-key {key_file}: not an Ed25519 private key (openssl genpkey -algorithm ed25519)")
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    digest = digest or table_digest(path)
+    text = json.dumps({"public_key": public.hex(), "signature": key.sign(SIGNED + digest.encode()).hex(),
+                       "digest": digest})
+    target = signature_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+    return target
+
+
+def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
+    """True if ``path`` carries a signature of ``digest`` by a trusted key; False if it carries
+    none, none by a trusted key, or no key is trusted; TableError if a trusted key's signature
+    does not verify (the table changed after it was signed)."""
+    from lookup.table import TableError
+
+    keys = [k for k in os.environ.get(ENV_KEYS, "").split(os.pathsep) if k]
+    target = signature_path(path)
+    if not keys or not target.is_file():
+        return False
+    try:
+        record = json.loads(target.read_text())
+        public, signature = bytes.fromhex(record["public_key"]), bytes.fromhex(record["signature"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise TableError(f"{path}: refused, its signature file {target.name} is malformed") from None
+    trusted = _public_keys(keys)
+    if public not in trusted:
+        return False
+    try:
+        trusted[public].verify(signature, SIGNED + digest.encode())
+    except Exception:  # noqa: BLE001 - cryptography's InvalidSignature, and any malformed signature
+        raise TableError(f"{path}: refused, its signature by a trusted key does not verify (the table was changed "
+                         "after it was signed)") from None
+    return True
+
+
+def _public_keys(files: list[str]) -> dict[bytes, Any]:
+    """The Ed25519 public keys in PEM ``files`` by their raw bytes; ValueError naming a bad file."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        raise ValueError(f"${ENV_KEYS} / --trusted-key need the cryptography package: "
+                         'pip install "shuffle-eps[sign]"') from None
+    keys = {}
+    for name in files:
+        try:
+            key = serialization.load_pem_public_key(Path(name).read_bytes())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"trusted key {name}: cannot read an Ed25519 public key (PEM): {err}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError(f"trusted key {name}: not an Ed25519 public key")
+        keys[key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)] = key
+    return keys
 
 
 def spot_certify(table: Any, certifies: Any) -> str:

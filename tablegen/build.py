@@ -161,26 +161,33 @@ def header(spec: Spec) -> dict[str, Any]:
 
 
 def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
-          progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print) -> Report:
+          progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print,
+          sign_key: str | Path | None = None) -> Report:
     """Build (or finish building) the table of ``spec`` at ``out``.
 
     ``scheduler``: address of an existing dask scheduler; None starts a LocalCluster with
     ``workers`` single-threaded worker processes (default: this machine's cores); workers=0
     computes in this process without dask.  One build per ``out`` at a time (``store.build_lock``).
+    ``sign_key``: an Ed25519 private key (PEM) that signs the published table (``lookup.trust``),
+    also when it is already up to date.
     """
     out = Path(out)
     with store.build_lock(out, f"tablegen build --spec {spec.source} --out {out}"):
-        return _build_locked(spec, out, scheduler, workers, progress, fresh, log)
+        return _build_locked(spec, out, scheduler, workers, progress, fresh, log, sign_key)
 
 
 def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | None, progress: bool, fresh: bool,
-                  log: Callable[[str], None]) -> Report:
+                  log: Callable[[str], None], sign_key: str | Path | None) -> Report:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
     total = spec.curve_count
     if store.up_to_date(out, header(spec)):
         log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
+        if sign_key is not None:
+            from lookup.trust import sign
+
+            log(f"signed: {sign(out, sign_key)}")
         return Report(0, total, 0.0)
     _import_build_extra(distributed=scheduler is not None or workers != 0, progress=progress)
     start = time.perf_counter()
@@ -198,7 +205,8 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
                                f"{total} curves finished, kept in {staging}; the same command resumes") from None
     if len(store.finished(staging)) != total:
         raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
-    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING)
+    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING,
+                  sign_key=sign_key)
     store.remove_staging(staging)
     report = Report(total - len(done), len(done), time.perf_counter() - start)
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "

@@ -337,8 +337,9 @@ def _rounds_from_json(text: str) -> list[Any]:
 @click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: curves to time")
 @click.option("--cores", type=int, default=100, show_default=True, help="--dry-run: cores to size the wall time for")
 @click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
+@click.option("--sign-key", default=None, help="Ed25519 private key (PEM) to sign the published table with")
 def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, fresh: bool, no_progress: bool,
-          dry_run: bool, sample: int, cores: int, as_json: bool) -> None:
+          dry_run: bool, sample: int, cores: int, as_json: bool, sign_key: str | None) -> None:
     """Fill a zarr table of certified eps over a grid spec (resumable; published atomically)."""
     from tablegen import build as builder
     from tablegen.spec import load_spec
@@ -356,12 +357,28 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
                 click.echo(json.dumps(figures))
             return
         builder.build(spec, out, scheduler=scheduler, workers=workers, progress=not no_progress, fresh=fresh,
-                      log=click.echo)
+                      log=click.echo, sign_key=sign_key)
     except ValueError as exc:
         _fail(exc)
     except builder.BuildInterrupted as stop:
         click.echo(f"error: {stop}", err=True)
         sys.exit(128 + stop.signum)  # the shell's convention for a process stopped by a signal
+
+
+@main.command()
+@click.argument("path", metavar="TABLE")
+@click.option("--key", "key_file", required=True, help="Ed25519 private key (PEM): openssl genpkey -algorithm ed25519")
+def sign(path: str, key_file: str) -> None:
+    """Sign a published table or a device file (readers trusting the key need no spot certification)."""
+    from lookup.table import TableError
+    from lookup.trust import sign as sign_table
+
+    try:
+        click.echo(f"signed: {sign_table(path, key_file)}")
+    except (OSError, TableError, ValueError) as exc:
+        _fail(ValueError(f"cannot sign {path}: {exc}"))
+    except ImportError:
+        _fail(ValueError('signing needs the cryptography package: pip install "shuffle-eps[sign]"'))
 
 
 @main.command()

@@ -319,9 +319,10 @@ def _encoding(var: Any, compacted: bool) -> dict[str, Any]:
 
 
 def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
-            bits: int = MANTISSA_BITS) -> None:
-    """Write ``dataset`` beside ``out``, add the manifest, verify, and swap it in atomically;
-    the variables of ``compact_variables`` are written compact (``compact`` with ``bits``)."""
+            bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
+    """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,
+    ``lookup.trust.sign``), verify, and swap it in atomically; the variables of
+    ``compact_variables`` are written compact (``compact`` with ``bits``)."""
     out = Path(out)
     _clear_leftovers(out)
     check_replaceable(out)
@@ -339,6 +340,10 @@ def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | 
     if problems:
         shutil.rmtree(tmp)
         raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
+    if sign_key is not None:
+        from lookup.trust import sign
+
+        sign(tmp, sign_key)
     _swap_into_place(tmp, out)
 
 

@@ -155,3 +155,67 @@ def test_shipped_tables_are_pinned() -> None:
     updating it would make every user spot-certify it on first use."""
     digest = trust.listing_digest(read_manifest(ROOT / "data" / "default.zarr"))
     assert trust.PINNED.get(digest) == "default.zarr"
+
+
+@pytest.fixture()
+def keys(tmp_path: Path) -> tuple[Path, Path]:
+    """An Ed25519 key pair as PEM files (private, public)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private, public = tmp_path / "key.pem", tmp_path / "key.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def test_a_table_signed_by_a_trusted_key_needs_no_spot_certification(
+        table_path: Path, tmp_path: Path, private_cache: Path, keys: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    private, public = keys
+    out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: ds)  # a copy: not pinned, not remembered
+    result = CliRunner().invoke(tablegen_main, ["sign", str(out), "--key", str(private)])
+    assert result.exit_code == 0, result.output
+    assert not store.check_manifest(out)  # the signature sits beside the manifest, not in it
+
+    def no_engine(*args: object, **kwargs: object) -> bool:
+        raise AssertionError("spot certification ran although the table is signed by a trusted key")
+
+    monkeypatch.setattr(trust, "spot_certify", no_engine)
+    monkeypatch.setenv(trust.ENV_KEYS, str(public))
+    _use(out)
+
+
+def test_a_signed_table_changed_after_signing_is_refused(
+        table_path: Path, tmp_path: Path, private_cache: Path, keys: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    private, public = keys
+    out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: ds)
+    trust.sign(out, private)
+    signature = trust.signature_path(out).read_bytes()
+    out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: _scaled_row(ds, 0.5))  # republished, damaged
+    trust.signature_path(out).write_bytes(signature)  # the old signature kept beside the new files
+    monkeypatch.setenv(trust.ENV_KEYS, str(public))
+    with pytest.raises(TableError, match="signature by a trusted key does not verify"):
+        lookup.open_table(out)
+    monkeypatch.delenv(trust.ENV_KEYS)  # no key trusted: the signature is not consulted, the engine decides
+    with pytest.raises(TableError, match="does not certify"):
+        _use(out)
+
+
+def test_a_device_file_signed_by_a_trusted_key_is_vouched_for(table_path: Path, tmp_path: Path, private_cache: Path,
+                                                               keys: tuple[Path, Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from tablegen.export import export_device
+
+    private, public = keys
+    device = tmp_path / "krr.dev"
+    export_device(device, "krr", {}, str(table_path))
+    assert CliRunner().invoke(tablegen_main, ["sign", str(device), "--key", str(private)]).exit_code == 0
+    assert (tmp_path / "krr.dev.sig").is_file()
+    monkeypatch.setattr(trust, "spot_certify", lambda *a: pytest.fail("spot certification of a signed file"))
+    monkeypatch.setenv(trust.ENV_KEYS, str(public))
+    lookup.open_table(device)
