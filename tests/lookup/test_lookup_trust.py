@@ -219,3 +219,13 @@ def test_a_device_file_signed_by_a_trusted_key_is_vouched_for(table_path: Path, 
     monkeypatch.setattr(trust, "spot_certify", lambda *a: pytest.fail("spot certification of a signed file"))
     monkeypatch.setenv(trust.ENV_KEYS, str(public))
     lookup.open_table(device)
+
+
+def test_the_server_refuses_to_serve_a_damaged_table(table_path: Path, tmp_path: Path, private_cache: Path) -> None:
+    import subprocess
+    import sys
+
+    out = damaged(table_path, tmp_path / "damaged.zarr", lambda ds: _scaled_row(ds, 0.5))
+    done = subprocess.run([sys.executable, "-m", "lookup.cli", "serve", "--port", "0", "--table", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "does not certify" in done.stderr and "Traceback" not in done.stderr
