@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -422,50 +424,78 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 
 @main.command()
 @click.option("--device", is_flag=True, required=True, help="write a compact device file (the only format)")
-@click.option("--mechanism", required=True, help="mechanism family to export, e.g. krr")
-@click.option("--k", type=str, default=None, help="only the row with this k (default: every row of the family)")
-@click.option("--g", type=str, default=None, help="only the row with this g")
-@click.option("--eps0", "eps0", type=str, default=None, help="only these grid eps0, comma-separated (e.g. 0.5,1,2)")
-@click.option("--n-min", type=str, default=None, help="smallest n to answer (keeps the grid n at or below it)")
-@click.option("--n-max", type=str, default=None, help="largest n to answer (keeps the grid n at or above it)")
+@click.option("--mechanism", required=True, help="mechanism family, e.g. krr, generic, laplace")
+@click_options
+@click.option("--eps0", "eps0", type=str, default=None,
+              help="the deployment's eps0, comma-separated (e.g. 1.37 or 0.5,1.37); required unless cutting")
+@click.option("--n-min", type=str, default=None, help="smallest n to answer (computed: default 1e2)")
+@click.option("--n-max", type=str, default=None, help="largest n to answer (computed: default 1e9)")
 @click.option("--delta", type=str, default=None,
-              help="deltas to answer, comma-separated (keeps the grid deltas bracketing each)")
-@click.option("--table", default=None, help="source table (default: the shipped one)")
+              help="deltas to answer, comma-separated, stored exactly (required unless cutting)")
+@click.option("--max-slack", type=str, default=None,
+              help="largest relative step of eps between two stored n (default 0.005); cutting: refuse above it")
+@click.option("--no-lower", is_flag=True, help="computed: store no lower bounds (NaN)")
+@click.option("--cut", is_flag=True,
+              help="cut an existing table (--table, default the shipped one) instead of computing")
+@click.option("--table", default=None, help="source table to cut (implies --cut)")
 @click.option("--out", required=True, help="device file to write")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
-def export(device: bool, mechanism: str, k: str | None, g: str | None, eps0: str | None, n_min: str | None,
-           n_max: str | None, delta: str | None, table: str | None, out: str, as_json: bool) -> None:
-    """Export one mechanism family of a table, optionally cut to a deployment's eps0, n range and
-    deltas, as a device file (float32, eps rounded up); reports its size, axes and worst slack."""
+def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_max: str | None, delta: str | None,
+           max_slack: str | None, no_lower: bool, cut: bool, table: str | None, out: str, as_json: bool,
+           **raw: Any) -> None:
+    """Write the device file of one deployment: computed with the slice engine at its eps0 and
+    deltas exactly, n from --n-min to --n-max spaced so that two stored n are within --max-slack
+    (float32, eps rounded up, lower bounds down); or, with --cut/--table, one family of a table
+    cut to the deployment.  Reports size, axes, worst slack and time."""
     from lookup.table import TableError
-    from tablegen.export import export_device
+    from tablegen.export import MAX_SLACK, export_deployment, export_device
 
     def numbers(name: str, text: str | None) -> list[float] | None:
         return None if text is None else [_number(name, part.strip()) for part in text.split(",")]
 
+    start = time.perf_counter()
     try:
-        params = {name: _number(name, value) for name, value in (("k", k), ("g", g)) if value is not None}
-        result = export_device(out, mechanism, params, table, eps0=numbers("eps0", eps0),
-                               n_min=None if n_min is None else _number("n_min", n_min),
-                               n_max=None if n_max is None else _number("n_max", n_max),
-                               delta=numbers("delta", delta))
+        params = parse_params(raw)
+        low = None if n_min is None else _number("n_min", n_min)
+        high = None if n_max is None else _number("n_max", n_max)
+        slack = MAX_SLACK if max_slack is None else _number("max_slack", max_slack)
+        if cut or table is not None:
+            if no_lower:
+                raise ValueError("--no-lower applies to a computed file; a cut keeps the table's lower bounds")
+            result = export_device(out, mechanism, params, table, eps0=numbers("eps0", eps0), n_min=low,
+                                   n_max=high, delta=numbers("delta", delta))
+            if max_slack is not None and result["worst_slack"] > slack:
+                Path(out).unlink()
+                raise ValueError(f"the cut's worst slack {result['worst_slack']:.3%} is above --max-slack "
+                                 f"{slack:g}: export without --cut/--table to compute the deployment's n axis")
+        else:
+            for name, value in (("eps0", eps0), ("delta", delta)):
+                if value is None:
+                    raise ValueError(f"give the deployment's --{name} (comma-separated values), or --cut to cut "
+                                     "the shipped table")
+            result = export_deployment(out, mechanism, params, eps0=numbers("eps0", eps0) or [],
+                                       delta=numbers("delta", delta) or [], n_min=1e2 if low is None else low,
+                                       n_max=1e9 if high is None else high, max_slack=slack, lower=not no_lower)
     except (TableError, ValueError) as exc:
         _fail(exc)
+    result["seconds"] = round(time.perf_counter() - start, 3)
     if as_json:
         click.echo(json.dumps(result))
         return
     shape = result["shape"]
     at = result["worst_slack_at"]
     click.echo(f"wrote {result['file']}: {result['bytes']} bytes ({result['bytes'] / 1024:.1f} KiB), "
-               f"{shape[0]} x {shape[1]} x {shape[2]} x {shape[3]} (rows x eps0 x n x delta)")
+               f"{shape[0]} x {shape[1]} x {shape[2]} x {shape[3]} (rows x eps0 x n x delta)"
+               + (f", computed in {result['seconds']:.1f} s" if result.get("computed") else ""))
     click.echo(f"rows: {', '.join(result['rows'])}")
     click.echo(f"eps0: {', '.join(f'{v:g}' for v in result['eps0'])}")
-    click.echo(f"n: {result['n'][0]:g} to {result['n'][-1]:g} ({len(result['n'])} grid values)")
+    kind = "stored" if result.get("computed") else "grid"
+    click.echo(f"n: {result['n'][0]:g} to {result['n'][-1]:g} ({len(result['n'])} {kind} values)")
     click.echo(f"delta: {', '.join(f'{v:g}' for v in result['delta'])}")
     if at is None:
         click.echo("worst slack: none (a single n)")
     else:
-        click.echo(f"worst slack: {result['worst_slack']:.2%} (an answer between grid n can be this far above the "
+        click.echo(f"worst slack: {result['worst_slack']:.2%} (an answer between {kind} n can be this far above the "
                    f"value at the next larger n; at {at['mechanism']} eps0 {at['eps0']:g}, n {at['n']:g} to "
                    f"{at['n_next']:g}, delta {at['delta']:g}); where eps < {result['slack_floor']:g} at the larger n, "
                    f"at most {result['worst_excess_below_floor']:.3g} above it")

@@ -1,8 +1,13 @@
-"""``tablegen export --device``: the part of a table one deployment needs, as a compact device file.
+"""``tablegen export --device``: the numbers one deployment needs, as a compact device file.
 
-The layout is documented in ``lookup/device.py`` (which reads it with the standard library).
-A file holds the rows of one mechanism family (optionally one parameter set) and, optionally,
-a cut of the axes (``cut``):
+The layout is documented in ``lookup/device.py`` (which reads it with the standard library) and,
+byte by byte, in docs/device-format.md.  Two ways to fill it:
+
+* ``export_deployment`` (the default of the command): computed with the slice engine for the
+  deployment itself: its eps0 values exactly, its deltas exactly, and n from n_min to n_max at
+  a spacing refined until two stored n are at most ``max_slack`` apart in eps (below);
+* ``export_device`` (``--cut``/``--table``): the rows of one mechanism family (optionally one
+  parameter set) of an existing table, optionally cut to the axes a deployment needs (``cut``):
 
 * eps0: the grid values asked for, exactly (a query's eps0 is rounded up to a kept value, which
   is sound for any subset: the kept values are the monotone surface's, each an upper bound for
@@ -18,9 +23,12 @@ exported surfaces are the monotone ones of ``lookup.table``, so a reader needs n
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import os
 import struct
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +37,7 @@ import numpy as np
 
 from lookup.device import FORMAT, encode
 from lookup.table import Table, canonical_params, open_table
+from tablegen import ENGINE_VERSION, __version__
 from tablegen.store import round_float32
 
 
@@ -138,13 +147,7 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "cut": {"eps0": _numbers(eps0), "n_min": _number(n_min), "n_max": _number(n_max), "delta": _numbers(delta)},
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
-    payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
-    data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
-    (header_bytes,) = struct.unpack_from("<I", data, 8)
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    header_bytes, out = _write(out, header, upper, lower)
     slack, where, excess = worst_slack(upper)
     return {
         "file": str(out), "bytes": out.stat().st_size, "header_bytes": header_bytes,
@@ -153,4 +156,176 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "worst_slack_at": None if where is None else {
             "mechanism": t.labels()[rows[where[0]]], "eps0": axes["eps0"][where[1]], "n": axes["n"][where[2]],
             "n_next": axes["n"][where[2] + 1], "delta": axes["delta"][where[3]]},
+    }
+
+
+
+def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np.ndarray) -> tuple[int, Path]:
+    """Write a device file (format 2, sealed by ``lookup.device.encode``) atomically: a reader
+    never sees a half-written file (the bytes go to ``out.tmp``, renamed over ``out``); returns
+    the header's length and the path."""
+    payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
+    data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
+    (header_bytes,) = struct.unpack_from("<I", data, 8)
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+    return header_bytes, out
+
+
+# ------------------------------------------------------------------ computed for one deployment
+
+MAX_SLACK = 0.005  # default: an answer between two stored n at most 0.5% above the value at the larger one
+START_PER_DECADE = 20  # the first n axis (about 6% apart for eps ~ n^-1/2), refined where it is too coarse
+UPPER_RESOLUTION = 10.0  # as workflows/default.toml (the shipped table): certified at any value; 20 is as fast
+# but measured no tighter on the issue's deployments (docs/lookup.md#device-files)
+LOWER_RESOLUTION = 30.0  # as workflows/default.toml: the lower path's rounding term scales like 1/resolution^2
+MAX_ROUNDS = 64  # refinement rounds: each at least halves every loose interval, 2^64 is beyond any n
+LIVE_MARGIN = 0.001  # the stored steps are kept this much (at most half of max_slack) below max_slack: the slice
+# engine's values sit up to 0.07% above the live engine's at the same point (its 1% ladder with a chord; measured on
+# the issue's deployments), so answers between stored n stay within max_slack of the LIVE certified value too
+SPLIT_AIM = 0.97  # a split aims at 97% of max_slack per part (measured: 15% fewer n than halving, 3 rounds)
+
+
+def start_axis(n_min: int, n_max: int, per_decade: int = START_PER_DECADE) -> np.ndarray:
+    """Integers from n_min to n_max (both included) about 10^(1/per_decade) apart, ascending."""
+    count = max(2, math.ceil(per_decade * math.log10(n_max / n_min)) + 1) if n_max > n_min else 1
+    axis = np.unique(np.round(np.geomspace(n_min, n_max, count)).astype(np.int64))
+    return np.unique(np.concatenate([[n_min], axis, [n_max]]))
+
+
+def interval_slack(upper: np.ndarray) -> np.ndarray:
+    """Per interval (n[j], n[j+1]) of a surface ``upper`` [eps0, n, delta], the largest
+    upper(n_j) / upper(n_{j+1}) - 1 over eps0 and delta where the value at n_{j+1} is at least
+    ``SLACK_FLOOR`` (0 where it is nowhere)."""
+    here, nxt = upper[:, :-1].astype(float), upper[:, 1:].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where((nxt >= SLACK_FLOOR) & (here > nxt), here / nxt - 1, 0.0)
+    return ratio.max(axis=(0, 2))
+
+
+def loose(upper: np.ndarray, n: np.ndarray, max_slack: float) -> np.ndarray:
+    """Which intervals (n[j], n[j+1]) of a surface ``upper`` [eps0, n, delta] (the stored float32
+    values) must be split: some eps0 and delta where upper(n_j) / upper(n_{j+1}) - 1 > max_slack
+    (the reason: a query between them is read at n_j, and the exact eps there is at least the
+    one at n_{j+1}, so this ratio is how far the answer can be above the certified value at
+    the larger n), except where the value at n_{j+1} is below ``SLACK_FLOOR`` (a relative slack
+    says nothing there: eps reaches 0; the absolute excess is reported instead) or where n_j
+    and n_{j+1} are adjacent integers (nothing to insert)."""
+    return (interval_slack(upper) > max_slack) & (np.diff(n) > 1)
+
+
+def insertions(n: np.ndarray, slack: np.ndarray, split: np.ndarray, max_slack: float) -> np.ndarray:
+    """New integer n inside every split interval: p - 1 geometric points cutting it into p parts,
+    p = ceil(log(1 + slack) / log(1 + SPLIT_AIM * max_slack)), at least 2 (eps varies locally like
+    a power of n, so geometric points share the interval's slack about equally; aiming below
+    max_slack leaves room for the engine's ladder, whose values are not exactly a power law);
+    a part that is still loose is split again in the next round."""
+    out = []
+    for a, b, s in zip(n[:-1][split], n[1:][split], slack[split], strict=True):
+        parts = max(2, math.ceil(math.log1p(s) / math.log1p(SPLIT_AIM * max_slack)))
+        points = np.round(np.geomspace(float(a), float(b), parts + 1)[1:-1]).astype(np.int64)
+        out.append(np.clip(points, a + 1, b - 1))
+    return np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64)
+
+
+def _axis(name: str, values: Sequence[float] | None, check: Any) -> list[float]:
+    """A deployment's axis: given, each value checked, sorted, duplicates dropped."""
+    if not values:
+        raise ValueError(f"give the deployment's --{name} (one value or several, comma-separated)")
+    for v in values:
+        if not check(v):
+            raise ValueError(f"{name} must be {'> 0' if name == 'eps0' else 'in (0, 1)'}, got {name}={v!r}")
+    return sorted({float(v) for v in values})
+
+
+def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, eps0: Sequence[float],
+                      delta: Sequence[float], n_min: float, n_max: float, max_slack: float = MAX_SLACK,
+                      lower: bool = True, resolution: float = UPPER_RESOLUTION,
+                      lower_resolution: float = LOWER_RESOLUTION,
+                      per_decade: int = START_PER_DECADE) -> dict[str, Any]:
+    """Compute and write the device file of one deployment: ``family`` with ``params`` at the
+    ``eps0`` values and ``delta`` values given (exactly those), n from n_min (rounded down, so a
+    query at n_min is answered) to n_max (rounded up) on an axis refined until every two
+    consecutive stored n are within ``max_slack`` less ``LIVE_MARGIN`` (``loose``), so that an
+    answer is within max_slack of the live certified value; returns what was written.
+
+    Every stored eps is the engine's certified value at its (eps0, n, delta) (``eps_slice``)
+    rounded UP to float32, every lower bound ``lower_slice``'s rounded DOWN (NaN where there is
+    none, or all with ``lower=False``): nothing is interpolated or extrapolated.  The n axis
+    starts ``per_decade`` per decade; each round inserts the integer geometric midpoint of every
+    loose interval and computes only the new n (one slice per eps0)."""
+    from tablegen.engine.dense import eps_slice, lower_slice
+    from tablegen.mechanisms import get_mechanism
+
+    start = time.perf_counter()
+    mechanism = get_mechanism(family)
+    eps0s = _axis("eps0", eps0, lambda v: 0 < v < math.inf)
+    deltas = _axis("delta", delta, lambda v: 0 < v < 1)
+    if not (1 <= n_min <= n_max < math.inf):
+        raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min:g} n_max={n_max:g}")
+    if not 0 < max_slack < 1:
+        raise ValueError(f"max_slack must be in (0, 1), got max_slack={max_slack!r}")
+    lo, hi = int(math.floor(n_min)), int(math.ceil(n_max))
+    aim = max_slack - min(LIVE_MARGIN, max_slack / 2)  # what the stored steps are refined to (LIVE_MARGIN)
+
+    def compute(ns: np.ndarray) -> np.ndarray:
+        """Certified eps [eps0, n, delta] in float64, one slice per eps0."""
+        return np.stack([eps_slice(mechanism, eps0=e, ns=ns.tolist(), deltas=deltas, resolution=resolution,
+                                   **params) for e in eps0s])
+
+    n = start_axis(lo, hi, per_decade)
+    exact = compute(n)
+    rounds = 0
+    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 (the count is reported)
+        stored = round_float32(exact, up=True)
+        split = loose(stored, n, aim)
+        if not split.any():
+            break
+        new = insertions(n, interval_slack(stored), split, aim)
+        new = new[~np.isin(new, n)]
+        n = np.concatenate([n, new])
+        exact = np.concatenate([exact, compute(new)], axis=1)
+        order = np.argsort(n, kind="stable")
+        n, exact = n[order], exact[:, order]
+    upper = round_float32(exact, up=True)[None]
+    lows = np.full_like(exact, np.nan)
+    if lower:
+        for i, e in enumerate(eps0s):
+            lows[i] = lower_slice(mechanism, eps0=e, ns=n.tolist(), deltas=deltas, upper=exact[i],
+                                  resolution=lower_resolution, **params)
+    lows = round_float32(np.minimum(lows, exact), up=False)[None]  # a lower bound above the upper one proves
+    # nothing more than the upper one does (the readers' invariant: lower <= eps)
+    row = json.loads(canonical_params(params))
+    axes = {"eps0": eps0s, "n": [int(v) for v in n], "delta": deltas}
+    seconds_compute = time.perf_counter() - start
+    header = {
+        "format": FORMAT,
+        "family": family,
+        "rows": [row],
+        "eps0_monotone": [bool(mechanism.eps0_monotone(params))],
+        **axes,
+        "shape": list(upper.shape),
+        "dtype": "<f4",
+        "rounding": "eps rounded up, lower bounds rounded down to float32",
+        "deployment": {"eps0": eps0s, "n_min": float(n_min), "n_max": float(n_max), "delta": deltas,
+                       "max_slack": float(max_slack), "resolution": float(resolution),
+                       "lower_resolution": float(lower_resolution) if lower else None},
+        "source": {"title": "computed for one deployment (tablegen export --device)", "spec_sha256": None,
+                   "engine_version": ENGINE_VERSION, "package_version": __version__,
+                   "date_created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
+    header_bytes, path = _write(out, header, upper, lows)
+    slack, where, excess = worst_slack(upper)
+    label = " ".join([family, *(f"{k}={v}" for k, v in sorted(row.items()))])
+    return {
+        "file": str(path), "bytes": path.stat().st_size, "header_bytes": header_bytes, "computed": True,
+        "rows": [label], "shape": list(upper.shape), **axes,
+        "max_slack": float(max_slack), "slack_aim": aim, "worst_slack": slack, "slack_floor": SLACK_FLOOR,
+        "worst_excess_below_floor": excess,
+        "worst_slack_at": None if where is None else {
+            "mechanism": label, "eps0": axes["eps0"][where[1]], "n": axes["n"][where[2]],
+            "n_next": axes["n"][where[2] + 1], "delta": axes["delta"][where[3]]},
+        "rounds": rounds, "engine_version": ENGINE_VERSION, "seconds": round(seconds_compute, 3),
     }
