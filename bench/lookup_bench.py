@@ -13,8 +13,7 @@ Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300
    read, verified and decoded) in a fresh process.
 3. Scalar ``lookup.eps`` latency once the table is open (p50, p90 over 20000 calls), and
    vectorised throughput (10^6 random queries in one call).
-4. HTTP requests per second on loopback (``lookup serve`` in a thread, 4 client threads,
-   one connection per request).
+4. (HTTP: ``bench/serve_bench.py``, the real server under load.)
 5. Slack: random queries inside the table's ranges (eps0 uniform, n and delta log-uniform, every
    row in turn), and a quarter as many with eps0 on a grid value: per family, the table-only
    answer (``max_slack=None``) and the default route (``max_slack`` 0.02: table, certified
@@ -38,9 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -146,31 +143,6 @@ def latency(table: str) -> list[str]:
             f"- the same with the default max_slack, queries within it (grid points): p50 "
             f"{statistics.median(grid_times) * 1e6:.1f} us, p90 {grid_times[int(0.9 * len(grid_times))] * 1e6:.1f} us",
             f"- vectorised: {rate:.3g} queries/s for 10^6 queries in one call, max_slack=None (target > 1e6)"]
-
-
-def http_rate(table: str, seconds: float = 5.0) -> list[str]:
-    from lookup.serve import make_server
-
-    server = make_server("127.0.0.1", 0, table)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1/eps?mechanism=krr&k=10&eps0=2&n=1e6&delta=1e-8"
-    counts = [0] * 4
-    stop = time.perf_counter() + seconds
-
-    def client(i: int) -> None:
-        while time.perf_counter() < stop:
-            with urllib.request.urlopen(url) as response:
-                response.read()
-            counts[i] += 1
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    server.shutdown()
-    return [f"- HTTP `GET /v1/eps` on loopback: {sum(counts) / seconds:.0f} requests/s "
-            "(4 client threads, one connection per request, table answers)"]
 
 
 def _random_queries(t: Any, count: int, rng: np.random.Generator, grid_eps0: bool) -> list[tuple]:
@@ -404,7 +376,7 @@ def main() -> None:
         print("\n".join(out))
         return
     if not args.slack_only:
-        out += import_and_open(args.table) + latency(args.table) + http_rate(args.table) + [""]
+        out += import_and_open(args.table) + latency(args.table) + [""]
     out += slack_against_live(args.table, args.queries, args.seed, args.max_slack)
     out += inverse_against_live(args.table, args.inverse, args.seed) if args.inverse else []
     out += lower_against_live(args.table, args.lower, args.seed, args.max_slack) if args.lower else []

@@ -118,31 +118,55 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
-@click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port)")
+@click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port, one worker)")
 @click.option("--table", default=None, help="table store (default: the shipped table)")
-@click.option("--max-live", type=int, default=2, show_default=True, help="live computations at once")
-@click.option("--live-timeout", type=float, default=30.0, show_default=True, help="seconds a request waits for one")
-@click.option("--max-connections", type=int, default=64, show_default=True,
-              help="connections handled at once (more get a 503)")
-def serve(host: str, port: int, table: str | None, max_live: int, live_timeout: float, max_connections: int) -> None:
-    """Serve GET /v1/eps, /v1/delta, /v1/eps0-max and /v1/info as JSON (read-only)."""
-    from lookup.serve import make_server
-
-    if max_live < 1 or not live_timeout > 0 or max_connections < 1:
-        click.echo("error: --max-live and --max-connections must be >= 1 and --live-timeout > 0", err=True)
+@click.option("--workers", type=int, default=1, show_default=True, help="server processes (each with its own pool)")
+@click.option("--live-workers", type=int, default=2, show_default=True, help="worker processes for live work")
+@click.option("--queue", type=int, default=8, show_default=True,
+              help="live tasks admitted at once, running or waiting (more: 503 with Retry-After)")
+@click.option("--live-timeout", type=float, default=30.0, show_default=True,
+              help="seconds a live task may run (more: 503, its workers replaced)")
+@click.option("--memory-mb", type=int, default=4096, show_default=True,
+              help="address-space limit of each live worker, MiB (0: none)")
+@click.option("--cache-size", type=int, default=4096, show_default=True, help="live answers kept (LRU)")
+@click.option("--retry-after", type=int, default=5, show_default=True, help="Retry-After of a 503, seconds")
+@click.option("--limit-concurrency", type=int, default=256, show_default=True,
+              help="connections and requests at once per server process (more: 503 from uvicorn)")
+@click.option("--timeout-keep-alive", type=float, default=5.0, show_default=True,
+              help="seconds an idle keep-alive connection stays open")
+@click.option("--max-header-bytes", type=int, default=16384, show_default=True,
+              help="largest request line plus headers (h11_max_incomplete_event_size)")
+@click.option("--backlog", type=int, default=2048, show_default=True, help="connections waiting to be accepted")
+@click.option("--graceful-timeout", type=float, default=30.0, show_default=True,
+              help="seconds SIGTERM waits for requests in flight")
+@click.option("--http", type=click.Choice(["h11", "httptools", "auto"]), default="h11", show_default=True,
+              help="HTTP parser (httptools: faster, pip install httptools; no header limit setting)")
+@click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
+def serve(host: str, port: int, table: str | None, workers: int, live_workers: int, queue: int, live_timeout: float,
+          memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
+          max_header_bytes: int, backlog: int, graceful_timeout: float, http: str, access_log: bool) -> None:
+    """Serve GET /v1/eps, /v1/delta, /v1/eps0-max, /v1/info, /healthz and /metrics (needs the serve extra:
+    pip install shuffle-eps[serve])."""
+    try:
+        from lookup.app import Settings
+        from lookup.serve import ServerLimits, run
+    except ImportError as err:
+        click.echo(f"error: {err}; install the serve extra: pip install shuffle-eps[serve]", err=True)
         sys.exit(2)
     try:
-        server = make_server(host, port, table, max_live, live_timeout, max_connections)
-    except (TableError, OSError) as err:
+        settings = Settings(table, live_workers, queue, live_timeout, memory_mb, cache_size, retry_after).check()
+        if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024:
+            raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024")
+    except ValueError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    limits = ServerLimits(limit_concurrency, timeout_keep_alive, max_header_bytes, backlog, graceful_timeout, workers,
+                          access_log, http)
+    try:
+        run(host, port, settings, limits)
+    except (TableError, OSError, ValueError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(3)
-    click.echo(f"serving {server.server_address[0]}:{server.server_address[1]} (Ctrl-C to stop)", err=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
 
 
 @main.command()

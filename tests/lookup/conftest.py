@@ -38,3 +38,87 @@ def table_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "small.zarr"
     build(spec_from_dict(tomllib.loads(SPEC), "lookup-test"), out, workers=0, progress=False, log=lambda _: None)
     return out
+
+
+SLOW_HOOK = '''
+import os
+if os.environ.get("SHUFFLE_EPS_TEST_SLOW"):  # test servers only: every engine call made slow
+    import functools, time
+    import lookup.live as _live
+    _pause = float(os.environ["SHUFFLE_EPS_TEST_SLOW"])
+    def _slow(call):
+        @functools.wraps(call)
+        def wrapped(*args, **kwargs):
+            time.sleep(_pause)
+            return call(*args, **kwargs)
+        return wrapped
+    for _name in ("eps", "eps_upper", "certifies", "proves_above", "delta", "delta_upper", "eps0_max",
+                  "composed_eps"):
+        setattr(_live, _name, _slow(getattr(_live, _name)))
+'''
+
+
+class HttpServer:
+    """``lookup serve`` in a subprocess on a free loopback port (its log in a file)."""
+
+    def __init__(self, table: Path, tmp: Path, *args: str, slow: float = 0.0) -> None:
+        import os
+        import subprocess
+        import time
+        import urllib.request
+
+        hook = tmp / "hook"
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_text(SLOW_HOOK)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+               "SHUFFLE_EPS_TEST_SLOW": str(slow) if slow else ""}
+        env.pop("SHUFFLE_EPS_CACHE", None)
+        self.log = tmp / f"server-{time.monotonic_ns()}.log"
+        self.log_file = self.log.open("w")
+        self.process = subprocess.Popen([sys.executable, "-m", "lookup.cli", "serve", "--port", "0", "--table",
+                                         str(table), "--no-access-log", *args], stdout=self.log_file,
+                                        stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        self.base = ""
+        while time.monotonic() < deadline and self.process.poll() is None:
+            for line in self.log.read_text().splitlines():
+                if line.startswith("serving "):
+                    self.base = "http://" + line.split()[1]
+            if self.base:
+                try:
+                    with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:
+                        if r.status == 200:
+                            return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the server did not start: {self.log.read_text()}")
+
+    def stop(self) -> int:
+        import subprocess
+
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def start_server(table_path: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """start_server(*cli_args, slow=seconds) -> HttpServer, stopped at the end of the module."""
+    started: list[HttpServer] = []
+
+    def start(*args: str, slow: float = 0.0) -> HttpServer:
+        server = HttpServer(table_path, tmp_path_factory.mktemp("serve"), *args, slow=slow)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -5,17 +5,16 @@ answers beyond its own range (huge n, eps0 near the local guarantee) stay certif
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 import lookup
 from lookup.cli import main
-from lookup.serve import make_server
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -58,18 +57,11 @@ def test_eps0_near_the_local_guarantee_is_answered(table_path: Path) -> None:
     assert answer["eps"] == 25.0 and answer["source"] == "live"
 
 
-def test_http_answers_400_naming_the_parameter(table_path: Path) -> None:
-    server = make_server("127.0.0.1", 0, str(table_path), max_live=1, live_timeout=30.0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
-        for query, expected in [("mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", "eps0 must be in (0, 40]"),
-                                ("mechanism=laplace&eps0=25&n=1e6&delta=1e-8", "eps0 <= 20")]:
-            with pytest.raises(urllib.error.HTTPError) as err:
-                urllib.request.urlopen(f"{base}/v1/eps?{query}", timeout=60)
-            assert err.value.code == 400
-            assert expected in json.loads(err.value.read())["error"]
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
+    base = start_server("--live-workers", "1").base  # the real server (lookup serve) in a subprocess
+    for query, expected in [("mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", "eps0 must be in (0, 40]"),
+                            ("mechanism=laplace&eps0=25&n=1e6&delta=1e-8", "eps0 <= 20")]:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/v1/eps?{query}", timeout=60)
+        assert err.value.code == 400
+        assert expected in json.loads(err.value.read())["error"]

@@ -1,103 +1,103 @@
-"""HTTP endpoint: answers, 400s naming the parameter, no 500s, bounded live computations."""
+"""HTTP endpoint: the real server (``lookup serve`` under uvicorn, in a subprocess, on a free
+loopback port) talked to over HTTP: answers equal to ``lookup ... --json``, 400s naming the
+parameter whatever the load, 503 with Retry-After when the live queue is full or a task
+overruns, ETag/304, /metrics, and SIGTERM letting a request in flight finish."""
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-import lookup
-from lookup.serve import make_server
-from tablegen.engine import eps_bounds
+from lookup.cli import main
 
-
-def serving(table_path: Path, live_timeout: float) -> Iterator[str]:
-    server = make_server("127.0.0.1", 0, str(table_path), max_live=1, live_timeout=live_timeout)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+T = "mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6"  # inside the small table's grid
 
 
-@pytest.fixture()
-def base(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A server whose live computations time out at once (every live query not cached is a 503):
-    each engine call is made to take 50 ms, so a fast evaluation cannot beat the 1 ms timeout."""
-    import time
-
-    import lookup.live
-
-    def slow(call: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(0.05)
-            return call(*args, **kwargs)
-        return wrapped
-
-    lookup.live._MEMORY.clear()  # other tests' answers
-    for name in ("eps", "eps_upper", "certifies", "delta", "delta_upper", "eps0_max", "composed_eps"):
-        monkeypatch.setattr(lookup.live, name, slow(getattr(lookup.live, name)))
-    yield from serving(table_path, live_timeout=0.001)
-
-
-@pytest.fixture()
-def patient(table_path: Path) -> Iterator[str]:
-    yield from serving(table_path, live_timeout=120)
-
-
-def get(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, method=method, data=data)
+def get(url: str, method: str = "GET", data: bytes | None = None,
+        headers: dict[str, str] | None = None) -> tuple[int, bytes, Any]:
+    request = urllib.request.Request(url, method=method, data=data, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read(), response.headers
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+        return err.code, err.read(), err.headers
 
 
-def test_answers_match_the_library(base: str, table_path: Path) -> None:
-    status, body = get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=none")
-    assert status == 200 and body["source"] == "table" and body["certified"] is True
-    assert body["eps"] == lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path, max_slack=None).value
-    status, body = get(f"{base}/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9&max_slack=none")
-    assert status == 200 and "delta" in body
-    status, body = get(f"{base}/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6&max_slack=none")
-    assert status == 200 and body["eps0"] >= 0.9
-    # the default max slack refines the first answer with the engine: a live computation (503 here)
-    assert get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6")[0] == 503
-    status, body = get(f"{base}/v1/info")
-    assert status == 200 and body["mechanisms"] == ["krr k=3", "generic"]
+def cli_json(*args: str) -> bytes:
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip().encode()
 
 
-@pytest.mark.parametrize(
-    ("query", "status", "message"),
-    [
-        ("/v1/eps?mechanism=krr&k=3&eps0=-1&n=50&delta=1e-6", 400, "eps0 must be > 0"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=abc&n=50&delta=1e-6", 400, "eps0 must be a number"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=nan&n=50&delta=1e-6", 400, "eps0 must be finite"),
-        ("/v1/eps?mechanism=krr&k=3&n=50&delta=1e-6", 400, "missing parameter 'eps0'"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&colour=red", 400, "unknown parameter 'colour'"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=1&eps0=2&n=50&delta=1e-6", 400, "more than once"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&live=maybe", 400, "live must be true or false"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false", 400, "covers: mechanisms"),
-        ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6", 503, "exceeded"),
-        ("/v2/eps", 404, "unknown path"),
-        ("/v1/info?x=1", 400, "takes no parameters"),
-        ("/v1/eps?" + "a" * 3000, 414, "longer than"),
-        ("/v1/eps?%%%", 400, "malformed"),
-        ("/v1/eps?mechanism=finite&matrix=[[1,0&eps0=1&n=50&delta=1e-6", 400, "matrix must be a JSON list"),
-        ("/v1/eps?mechanism=joint&base=krr&k=3&parts=two&eps0=1&n=50&delta=1e-6", 400, "parts must be a number"),
-    ],
-)
+@pytest.fixture(scope="module")
+def base(start_server: Any) -> str:
+    return start_server("--live-workers", "1").base
+
+
+@pytest.mark.parametrize(("path", "args"), [
+    (f"/v1/eps?{T}&max_slack=none", ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50",
+                                     "--delta", "1e-6", "--max-slack", "none"]),
+    (f"/v1/eps?{T}", ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6"]),
+    ("/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6",
+     ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "6", "--n", "50", "--delta", "1e-6"]),
+    ("/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9&max_slack=none",
+     ["delta", "--mechanism", "generic", "--eps0", "1", "--n", "80", "--eps", "0.9", "--max-slack", "none"]),
+    ("/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6",
+     ["eps0-max", "--mechanism", "krr", "--k", "3", "--eps", "0.9", "--n", "80", "--delta", "1e-6"]),
+    ("/v1/eps?mechanism=joint&base=krr&k=3&parts=2&eps0=1.5&n=50&delta=1e-6",
+     ["eps", "--mechanism", "joint", "--base", "krr", "--k", "3", "--parts", "2", "--eps0", "1.5", "--n", "50",
+      "--delta", "1e-6"]),
+])
+def test_answers_are_the_clis_json(base: str, table_path: Path, path: str, args: list[str]) -> None:
+    status, body, _ = get(base + path)
+    assert status == 200
+    assert body == cli_json(*args, "--table", str(table_path))
+
+
+def test_info_health_and_sources(base: str) -> None:
+    status, body, _ = get(f"{base}/v1/info")
+    assert status == 200 and json.loads(body)["mechanisms"] == ["krr k=3", "generic"]
+    status, body, _ = get(f"{base}/healthz")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    assert json.loads(get(f"{base}/v1/eps?{T}&max_slack=none")[1])["source"] == "table"
+    assert json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")[1])["source"] == "live"
+
+
+@pytest.mark.parametrize(("query", "status", "message"), [
+    ("/v1/eps?mechanism=krr&k=3&eps0=-1&n=50&delta=1e-6", 400, "eps0 must be > 0"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=abc&n=50&delta=1e-6", 400, "eps0 must be a number"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=nan&n=50&delta=1e-6", 400, "eps0 must be finite"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=2.5&delta=1e-6", 400, "n must be an integer"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=2", 400, "delta must be in (0, 1)"),
+    ("/v1/eps?mechanism=krr&k=3&n=50&delta=1e-6", 400, "missing parameter 'eps0'"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&colour=red", 400, "unknown parameter 'colour'"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&eps0=2&n=50&delta=1e-6", 400, "more than once"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&live=maybe", 400, "live must be true or false"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false", 400, "covers: mechanisms"),
+    ("/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6", 400, "unknown mechanism='nope'"),
+    ("/v1/eps?mechanism=krr&k=-3&eps0=1&n=50&delta=1e-6", 400, "k must be an integer"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", 400, "eps0 must be in (0, 40]"),
+    ("/v1/eps?mechanism=laplace&eps0=25&n=1e6&delta=1e-8", 400, "eps0 <= 20"),  # the engine's, from a worker
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&max_slack=x", 400, "max_slack must be a number"),
+    ("/v1/eps?mechanism=finite&matrix=[[1,0&eps0=1&n=50&delta=1e-6", 400, "matrix must be a JSON list"),
+    ("/v1/eps?mechanism=joint&base=krr&k=3&parts=two&eps0=1&n=50&delta=1e-6", 400, "parts must be a number"),
+    ("/v1/eps?%%%", 400, "malformed"),
+    ("/v1/info?x=1", 400, "takes no parameters"),
+    ("/v2/eps", 404, "unknown path"),
+    ("/v1/eps?" + "a" * 3000, 414, "longer than"),
+])
 def test_bad_requests(base: str, query: str, status: int, message: str) -> None:
-    got, body = get(base + query)
-    assert got == status and message in body["error"]
-    assert get(f"{base}/v1/info")[0] == 200  # still serving
+    got, body, _ = get(base + query)
+    assert got == status and message in json.loads(body)["error"]
 
 
 def test_read_only(base: str) -> None:
@@ -105,91 +105,79 @@ def test_read_only(base: str) -> None:
     assert get(f"{base}/v1/info", method="DELETE")[0] == 405
 
 
-def test_refined_answers_match_the_library(patient: str, table_path: Path) -> None:
-    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=0.02")
-    expected = lookup.eps("krr", eps0=1.5, n=50, delta=1e-6, k=3, table=table_path, max_slack=0.02)
-    assert status == 200 and (body["eps"], body["source"], body["slack"]) == (expected.value, expected.source,
-                                                                              expected.slack)
-    assert body["source"] != "table"
-    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=x")
-    assert status == 400 and "max_slack must be a number" in body["error"]
+def test_etag_and_304(base: str) -> None:
+    status, body, headers = get(f"{base}/v1/eps?{T}&max_slack=none")
+    etag = headers["ETag"]
+    assert status == 200 and etag and "max-age" in headers["Cache-Control"]
+    status, body, headers = get(f"{base}/v1/eps?{T}&max_slack=none", headers={"If-None-Match": etag})
+    assert status == 304 and body == b"" and headers["ETag"] == etag
+    other = get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.7&n=50&delta=1e-6&max_slack=none")[2]["ETag"]
+    assert other != etag
 
 
-def test_live_answers_and_engine_errors(patient: str) -> None:
-    status, body = get(f"{patient}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
-    assert status == 200 and body["source"] == "live"
-    status, body = get(f"{patient}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")
-    assert status == 400 and "unknown mechanism='nope'" in body["error"]
-    status, body = get(f"{patient}/v1/eps?mechanism=joint&base=krr&k=3&parts=2&eps0=1.5&n=50&delta=1e-6")
-    assert status == 200 and body["source"] == "live"
-    assert body["eps"] == eps_bounds("joint", eps0=1.5, n=50, delta=1e-6, base="krr", k=3, parts=2).upper
+def test_metrics_are_prometheus_text(base: str) -> None:
+    get(f"{base}/v1/eps?{T}&max_slack=none")
+    get(f"{base}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")
+    status, body, headers = get(f"{base}/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for line in body.decode().splitlines():
+        if line.startswith("#"):
+            assert line.split()[1] in {"HELP", "TYPE"}
+            continue
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+    assert samples['lookup_requests_total{endpoint="/v1/eps",status="200",source="table"}'] >= 1
+    assert samples['lookup_requests_total{endpoint="/v1/eps",status="400",source="error"}'] >= 1
+    assert samples['lookup_request_seconds_bucket{source="table",le="+Inf"}'] >= 1
+    assert samples["lookup_live_queue"] == 0
 
 
-def test_connections_over_the_limit_get_a_503(table_path: Path) -> None:
-    """One slot: an idle connection holds it, the next request is refused, then served once it closes."""
-    import socket
-    import time
-
-    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    url = f"http://127.0.0.1:{port}/v1/info"
-    try:
-        idle = socket.create_connection(("127.0.0.1", port))
-        time.sleep(0.2)  # the server accepts it and its handler thread waits for a request line
-        status, body = get(url)
-        assert status == 503 and "connections are busy" in body["error"]
-        idle.close()
-        for _ in range(50):  # the handler sees EOF and gives its slot back
-            status, body = get(url)
-            if status == 200:
-                break
-            time.sleep(0.1)
-        assert status == 200 and "mechanisms" in body
-    finally:
-        server.shutdown()
-        server.server_close()
+def _in_thread(url: str) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(get(url)))
+    thread.start()
+    return thread, out
 
 
-def test_a_trickling_request_is_cut(table_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found in review: one header line every few seconds kept a slot forever (the timeout was per
-    read).  The request must now arrive within REQUEST_SECONDS in all."""
-    import socket
-    import time
-
-    import lookup.serve
-
-    monkeypatch.setattr(lookup.serve, "REQUEST_SECONDS", 0.5)
-    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
-        slow = socket.create_connection(("127.0.0.1", port))
-        slow.sendall(b"GET /v1/info HTTP/1.0\r\n")
-        cut = False
-        for _ in range(10):  # 2 s of one header every 0.2 s
-            time.sleep(0.2)
-            try:
-                slow.sendall(b"X-Slow: 1\r\n")
-            except OSError:
-                cut = True
-                break
-        assert get(f"http://127.0.0.1:{port}/v1/info")[0] == 200  # the slot came back
-        assert cut or slow.recv(1) == b""  # the server closed the trickling connection
-        slow.close()
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_full_queue_503_with_retry_after_and_table_answers_never_wait(start_server: Any) -> None:
+    """One live place, engine calls made to take 1.5 s: a second live query is refused at once;
+    bad requests are still 400s and table answers still instant; the live answer is then cached."""
+    slow = start_server("--live-workers", "1", "--queue", "1", "--retry-after", "7", slow=1.5).base
+    live = f"{slow}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6"
+    thread, out = _in_thread(live)
+    time.sleep(0.3)
+    status, body, headers = get(f"{slow}/v1/eps?mechanism=krr&k=3&eps0=7&n=50&delta=1e-6")
+    assert status == 503 and headers["Retry-After"] == "7" and "retry later" in json.loads(body)["error"]
+    assert get(f"{slow}/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6")[0] == 400
+    assert get(f"{slow}/v1/eps?mechanism=krr&k=-3&eps0=9&n=50&delta=1e-6")[0] == 400
+    start = time.perf_counter()
+    assert get(f"{slow}/v1/eps?{T}&max_slack=none")[0] == 200
+    assert time.perf_counter() - start < 0.5
+    thread.join(30)
+    assert out[0][0] == 200 and json.loads(out[0][1])["source"] == "live"
+    start = time.perf_counter()
+    assert get(live)[1] == out[0][1] and time.perf_counter() - start < 0.5  # the LRU cache
+    assert b"lookup_live_cache_hits_total 1" in get(f"{slow}/metrics")[1]
 
 
-def test_back_to_back_requests_are_not_refused(table_path: Path) -> None:
-    """Found in review: a client's next connection could arrive before its previous one's slot
-    was released and get a 503 even with one client only."""
-    server = make_server("127.0.0.1", 0, str(table_path), max_connections=1)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        statuses = [get(f"http://127.0.0.1:{server.server_address[1]}/v1/info")[0] for _ in range(100)]
-        assert statuses == [200] * 100
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_a_task_over_its_time_limit_is_a_503_and_its_worker_replaced(start_server: Any) -> None:
+    server = start_server("--live-workers", "1", "--live-timeout", "0.5", slow=3)
+    status, body, headers = get(f"{server.base}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
+    assert status == 503 and "exceeded 0.5 s" in json.loads(body)["error"] and headers["Retry-After"]
+    assert get(f"{server.base}/healthz")[0] == 200
+    assert b"lookup_live_pool_replaced_total 1" in get(f"{server.base}/metrics")[1]
+    assert get(f"{server.base}/v1/eps?{T}&max_slack=none")[0] == 200
+
+
+def test_sigterm_lets_the_request_in_flight_finish(start_server: Any) -> None:
+    server = start_server("--live-workers", "1", slow=1.5)
+    thread, out = _in_thread(f"{server.base}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    thread.join(30)
+    assert out[0][0] == 200 and json.loads(out[0][1])["source"] == "live"
+    # uvicorn shuts down, then re-raises the signal for its supervisor (exit status -SIGTERM)
+    assert server.process.wait(30) in (0, -signal.SIGTERM)
+    log = server.log.read_text()
+    assert "Traceback" not in log and "Shutting down" in log and "Finished server process" in log
