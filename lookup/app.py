@@ -52,7 +52,7 @@ ENDPOINTS = {
     "/v1/delta": ("delta", ("eps0", "n", "eps")),
     "/v1/eps0-max": ("eps0_max", ("eps", "n", "delta")),
 }
-PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/metrics"]
+PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/metrics", "/openapi.json"]
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes for a given table
 
@@ -346,6 +346,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
             raise ValueError(f"{path} takes no parameters, got {given[0]!r}")
         if path == "/v1/info":
             return respond(200, coverage, "info", {"Cache-Control": TABLE_CACHE_CONTROL}), "info"
+        if path == "/openapi.json":
+            return respond(200, openapi(), "info"), "info"
         if path == "/healthz":
             ok = live.pool is not None
             return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "live_queue": live.admitted,
@@ -364,6 +366,34 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app = Starlette(routes=[Route("/{path:path}", handle, methods=methods)], lifespan=lifespan)
     app.state.settings, app.state.live, app.state.metrics = settings, live, metrics
     return app
+
+
+NUMBER_HELP = {"eps0": "local privacy parameter, > 0", "n": "number of users (1e6 accepted)",
+               "delta": "target delta in (0, 1)", "eps": "target eps >= 0"}
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the endpoints, built from the same tables the handler uses
+    (``ENDPOINTS``, the mechanism parameters of ``lookup.params.HELP``), so it cannot drift."""
+    def parameter(name: str, required: bool, text: str) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": required, "description": text, "schema": {"type": "string"}}
+
+    common = [parameter("mechanism", True, "krr, generic, blh, olh, rappor, oue, hr, laplace, finite, joint, parallel"),
+              *(parameter(name, False, text) for name, text in HELP.items()),
+              parameter("live", False, "true (default): compute live off the table; false: refuse instead"),
+              parameter("max_slack", False, "refine answers whose slack estimate is above this; none: table only")]
+    answers = {"200": {"description": "certified answer (JSON as `lookup ... --json`)"},
+               "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
+               "400": {"description": "bad request: the message names the parameter"},
+               "503": {"description": "live work queue full or over its limits: retry after Retry-After seconds"}}
+    paths = {path: {"get": {"operationId": kind, "summary": f"certified {kind.replace('_', '-')}",
+                            "parameters": [*(parameter(n, True, NUMBER_HELP[n]) for n in required), *common],
+                            "responses": answers}}
+             for path, (kind, required) in ENDPOINTS.items()}
+    for path, text in (("/v1/info", "what the table covers"), ("/healthz", "liveness and the live queue"),
+                       ("/metrics", "Prometheus text format"), ("/openapi.json", "this description")):
+        paths[path] = {"get": {"summary": text, "responses": {"200": {"description": text}}}}
+    return {"openapi": "3.1.0", "info": {"title": "shuffle-eps lookup", "version": lookup.__version__}, "paths": paths}
 
 
 def app_from_env() -> Starlette:

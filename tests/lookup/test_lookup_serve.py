@@ -181,3 +181,16 @@ def test_sigterm_lets_the_request_in_flight_finish(start_server: Any) -> None:
     assert server.process.wait(30) in (0, -signal.SIGTERM)
     log = server.log.read_text()
     assert "Traceback" not in log and "Shutting down" in log and "Finished server process" in log
+
+
+def test_openapi_describes_every_endpoint_and_its_parameters(base: str) -> None:
+    status, body, _ = get(f"{base}/openapi.json")
+    schema = json.loads(body)
+    assert status == 200 and schema["openapi"].startswith("3.")
+    assert set(schema["paths"]) == {"/v1/eps", "/v1/delta", "/v1/eps0-max", "/v1/info", "/healthz", "/metrics",
+                                    "/openapi.json"}
+    eps = {p["name"]: p["required"] for p in schema["paths"]["/v1/eps"]["get"]["parameters"]}
+    assert all(eps[name] for name in ("mechanism", "eps0", "n", "delta")) and eps["k"] is False
+    for path in ("/v1/eps", "/v1/delta", "/v1/eps0-max"):  # every documented query parameter is accepted
+        names = [p["name"] for p in schema["paths"][path]["get"]["parameters"]]
+        assert len(names) == len(set(names))
