@@ -10,8 +10,11 @@ next.  Phase 1: ``--clients`` connections asking table answers (grid points of k
 requests/s over ``--seconds``.  Phase 2: ``--live-clients`` connections asking off-grid
 questions (each one new: live or refined work, most refused 503 once the queue is full) while 4
 connections ask table answers; the table answers' latency percentiles, the status counts of the
-live clients, and the server's peak RSS (its own process and its workers).  Client and server
-share the machine's cores.
+live clients, and the server's peak RSS (its own process and its workers).  Phase 3 (with
+``--soak S``): for S seconds, ``--clients`` connections of which 40% of the requests are bad (unknown
+mechanism, k = -3, non-numbers, out of domain, unknown parameter) and the rest table answers,
+beside ``--live-clients`` connections forcing live work; the status counts (no 5xx but 503 allowed)
+and the server's RSS sampled every 10 s.  Client and server share the machine's cores.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+BAD_QUERIES = ["/v1/eps?mechanism=nope&eps0=1&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=-3&eps0=1&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=10&eps0=abc&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=10&eps0=1&n=1e6&delta=2",
+               "/v1/eps?mechanism=krr&k=10&eps0=1&n=1e6&delta=1e-8&colour=red"]
 TABLE_QUERIES = [f"/v1/eps?mechanism=krr&k=10&eps0={e}&n={n}&delta=1e-8&max_slack=none"
                  for e in (0.5, 1, 2, 4) for n in ("1e4", "1e5", "1e6")]
 
@@ -97,12 +105,36 @@ async def phase(port: int, groups: list[tuple[int, list[str]]], seconds: float) 
     return results
 
 
+def soak(port: int, pid: int, args: argparse.Namespace) -> None:
+    """Phase 3: bad requests (40%), table answers and live work together, RSS sampled every 10 s."""
+    mixed = [*TABLE_QUERIES, *TABLE_QUERIES[:3], *BAD_QUERIES * 2]  # 15 good, 10 bad: 40% bad
+    samples: list[float] = []
+
+    async def run() -> list[tuple[list, Any]]:
+        async def sample() -> None:
+            while True:
+                samples.append(rss_mib(pid))
+                await asyncio.sleep(10)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            return await phase(port, [(args.clients, mixed), (args.live_clients, [])], args.soak)
+        finally:
+            sampler.cancel()
+
+    (ml, ms), (ll, ls) = asyncio.run(run())
+    print(f"soak {args.soak:.0f} s: {args.clients} connections (40% bad requests): statuses {dict(ms)}, "
+          f"p99 {pct(ml, 0.99):.2f} ms; {args.live_clients} live clients: statuses {dict(ls)}")
+    print(f"server RSS every 10 s (MiB): {', '.join(f'{v:.0f}' for v in samples)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--live-clients", type=int, default=8)
     parser.add_argument("--http", default="h11")
+    parser.add_argument("--soak", type=float, default=0, help="seconds of phase 3 (0: skip it)")
     args = parser.parse_args()
     log = open(os.devnull, "w")
     server = subprocess.Popen([sys.executable, "-m", "lookup.cli", "serve", "--port", "0", "--no-access-log",
@@ -123,6 +155,8 @@ def main() -> None:
               f"p50 {pct(tl, 0.5):.2f} ms, p99 {pct(tl, 0.99):.2f} ms, max {pct(tl, 1.0):.2f} ms, statuses {dict(ts)}")
         print(f"live clients: statuses {dict(ls)}, p50 {pct(ll, 0.5):.1f} ms")
         print(f"server RSS (process and workers) after the phases: {peak:.0f} MiB")
+        if args.soak:
+            soak(port, server.pid, args)
     finally:
         server.terminate()
         server.wait(30)
