@@ -258,7 +258,7 @@ class _Queries:
         detail = (f"mechanisms {', '.join(cover['mechanisms'])}; eps0 {cover['eps0'][0]:g}..{cover['eps0'][1]:g}; "
                   f"n {cover['n'][0]:g}..{cover['n'][1]:g} (larger n answered at the largest); "
                   f"delta {cover['delta'][0]:g}..{cover['delta'][1]:g}")
-        target = " ".join([self.mechanism, *(f"{k}={_plain_number(v)}"
+        target = " ".join([self.mechanism, *(f"{k}={number_text(v)}"
                                              for k, v in [*self.params.items(), *self.point(i).items()])])
         raise TableError(f"the table cannot answer {target} and {why}. The table {cover['table']} covers: {detail}")
 
@@ -294,8 +294,9 @@ def checked_max_slack(value: Any) -> float | None:
     return float(value)
 
 
-def _plain_number(value: Any) -> str:
-    """A number as a person writes it in a message (1000000, 1e-08, 0.5), anything else as str."""
+def number_text(value: Any) -> str:
+    """A number in full as a person writes it (1000000, 1e-08, 0.5: integral floats without '.0'),
+    anything else as str (the messages here and the CLIs' text output)."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
     return repr(value) if isinstance(value, float) else str(value)

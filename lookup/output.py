@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from lookup.api import number_text
+
 AXES = ("eps0", "n", "delta", "eps")  # ``lookup info``: [smallest, largest, count]
 
 
@@ -33,7 +35,7 @@ def words(key: str, value: Any, result: dict[str, Any]) -> str:
     if key in special:
         return special[key](value, result)
     if key in AXES and isinstance(value, list) and len(value) == 3:
-        return f"{_number(value[0])} to {_number(value[1])} ({value[2]} grid values)"
+        return f"{number_text(value[0])} to {number_text(value[1])} ({value[2]} grid values)"
     return _plain(value)
 
 
@@ -46,12 +48,9 @@ def _plain(value: Any) -> str:
         return ", ".join(_plain(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
-    return _number(value) if isinstance(value, float) else str(value)
+    return number_text(value)
 
 
-def _number(value: float) -> str:
-    """A number in full (integral values without '.0')."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() and abs(value) < 1e16 else str(value)
 
 
 def _slack(value: Any, result: dict[str, Any]) -> str:
