@@ -469,17 +469,27 @@ def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rt
     """Largest eps0 (found) whose certified eps at (n, delta) is <= eps: the local budget.
 
     eps0 is searched up to ``EPS0_CAP`` (the engine's range, ``limits.EPS0_MAX``); for eps at or
-    above it the answer is eps itself (eps0 = eps is always certified)."""
+    above it the answer is eps itself (eps0 = eps is certified: an eps0-LDP randomizer is
+    (eps0, 0)-DP after shuffling).  Not so for an (eps0, delta0)-LDP randomizer, whose extra
+    n delta0 term (Theorem 3.8) stays at eps0 = eps: there eps0 = eps is evaluated like any
+    other, and no eps0 is answered where even it is not certified."""
     eps = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
-    Query(mechanism, min(eps, EPS0_CAP), n, params)  # validates mechanism, n and params up front
-    if eps >= EPS0_CAP:
+    first = Query(mechanism, min(eps, EPS0_CAP), n, params)  # validates mechanism, n and params up front
+    extra = first.mechanism.extra_delta is not None
+    if eps >= EPS0_CAP and not extra:
         return eps
 
     def excess(e0: float) -> float:
         return _log_ratio(Query(mechanism, e0, n, params).delta_upper(eps), delta)
 
-    a, fa = eps, -math.inf  # eps0 = eps is always certified: delta(eps0) = 0
+    if eps >= EPS0_CAP:  # with the extra term: eps0 = eps would have to be evaluated, beyond the range
+        raise ValueError(f"eps must be below {EPS0_CAP:g} for the eps0-max of a randomizer with delta0 > 0, "
+                         f"got eps={eps!r}")
+    a, fa = eps, (excess(eps) if extra else -math.inf)  # without an extra term, delta(eps0 = eps) = 0
+    if fa > 0:
+        raise ValueError(f"no eps0 is certified for eps={eps!r} at delta={delta!r}: even eps0 = eps leaves the "
+                         "n * delta0 term of Theorem 3.8 above delta")
     b = min(EPS0_CAP, 2.0 * eps)
     fb = excess(b)
     while fb <= 0 and b < EPS0_CAP:

@@ -294,3 +294,16 @@ def test_krr_tightness_n10000(k, eps0):
     b = eps_bounds("krr", eps0=eps0, n=10**4, delta=1e-6, k=k)
     assert b.lower > 0
     assert (b.upper - b.lower) / b.lower <= 0.005, (b.upper, b.lower)
+
+
+def test_eps0_max_of_an_approximate_dp_randomizer_is_certified_or_refused() -> None:
+    """With delta0 > 0 the n * delta0 term (Theorem 3.8) stays at eps0 = eps: eps0 = eps is no
+    longer certified for free."""
+    from tablegen.engine import certifies, eps0_max
+
+    found = eps0_max("generic", eps=0.5, n=10**5, delta=1e-6, delta0=1e-12)
+    assert certifies("generic", eps0=found, n=10**5, eps=0.5, delta=1e-6, delta0=1e-12)
+    with pytest.raises(ValueError, match="n \\* delta0 term"):  # n delta0 = 1e-4 alone is above delta = 1e-6
+        eps0_max("generic", eps=0.5, n=10**5, delta=1e-6, delta0=1e-9)
+    with pytest.raises(ValueError, match="eps must be below 20 .* delta0 > 0"):
+        eps0_max("generic", eps=30.0, n=10**5, delta=1e-6, delta0=1e-12)
