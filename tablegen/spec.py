@@ -97,7 +97,8 @@ class Spec:
         """SHA-256 of the spec's canonical text: title, mechanism rows, the axes as written (numbers
         as parsed from TOML, which every machine reads alike) and the settings; never of generated
         floats, so a table built on one machine is up to date on another."""
-        content = {**self.canonical(), **{name: self.axes_written.get(name) for name in AXES}}
+        written = {name: self.axes_written[name] for name in AXES if name in self.axes_written}
+        content = {**self.canonical(), **written}  # a Spec built without them: its expanded (exact) axes
         text = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
