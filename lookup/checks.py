@@ -30,9 +30,12 @@ from typing import Any
 
 import numpy as np
 
-MONOTONE_RTOL = 0.03  # the largest stored step against the exact eps's monotonicity: 2.46% measured (above)
-MONOTONE_ATOL = 1e-7  # eps this small: steps below it say nothing (the relative step of a value near 0)
-CAP_RTOL = 2.0**-11  # eps = eps0 stored rounded up to float32 (12 mantissa bits, docs/tables.md) and then some
+from lookup.device import CAP_RTOL, MONOTONE_ATOL, MONOTONE_RTOL
+
+# the tolerances (defined once in lookup.device, whose standard-library reader checks the same):
+# MONOTONE_RTOL = 0.03, the largest stored step against the exact eps's monotonicity (2.46% measured,
+# above); MONOTONE_ATOL = 1e-7, eps this small says nothing by its relative step; CAP_RTOL = 2^-11,
+# eps = eps0 stored rounded up to float32 (12 mantissa bits, docs/tables.md) and then some
 DIRECTIONS = (("eps0", 0, +1), ("n", 1, -1), ("delta", 2, -1))  # axis name, row axis, sign of the exact slope
 
 
