@@ -260,7 +260,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
     settings = (settings or Settings()).check()
     table = open_table(settings.table)
     coverage = table.coverage()
-    table_tag = hashlib.sha256(json.dumps(coverage, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    # what the table's files are (lookup.trust.listing_digest, a device file's SHA-256): a table
+    # republished with other values gets other ETags, so no client keeps an old answer by a 304
+    table_tag = table.digest[:16] or hashlib.sha256(json.dumps(coverage, sort_keys=True, default=str).encode()
+                                                   ).hexdigest()[:16]
     engine_version = _engine_version()
     live = LivePool(settings, f"{table_tag}/{engine_version}")
     metrics = Metrics()
