@@ -269,12 +269,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
     metrics = Metrics()
     validate = _mechanism_validator()
 
-    def respond(status: int, body: Any, source: str, headers: dict[str, str] | None = None) -> Response:
+    def respond(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
         data = json.dumps(finite(body)).encode()
         return Response(data, status, headers, media_type="application/json")
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-        return respond(status, {"error": message}, "error", headers)
+        return respond(status, {"error": message}, headers)
 
     async def query(request: Request) -> tuple[Response, str]:
         kind, required = ENDPOINTS[request.url.path]
@@ -310,7 +310,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # 400 before admission
                  {k: v for k, v in kwargs.items() if k not in HELP})
         body = await live.answer(kind, mechanism, kwargs, max_slack)
-        return respond(200, body, "live", {"Cache-Control": "no-cache"}), _source(body)
+        return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
 
     async def handle(request: Request) -> Response:
         start = time.perf_counter()
@@ -348,13 +348,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
             given = sorted(_single_values(request.scope["query_string"].decode("latin-1"))) or ["?"]
             raise ValueError(f"{path} takes no parameters, got {given[0]!r}")
         if path == "/v1/info":
-            return respond(200, coverage, "info", {"Cache-Control": TABLE_CACHE_CONTROL}), "info"
+            return respond(200, coverage, {"Cache-Control": TABLE_CACHE_CONTROL}), "info"
         if path == "/openapi.json":
-            return respond(200, openapi(), "info"), "info"
+            return respond(200, openapi()), "info"
         if path == "/healthz":
             ok = live.pool is not None
             return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "live_queue": live.admitted,
-                                                "queue_limit": settings.queue}, "health"), "health"
+                                                "queue_limit": settings.queue}), "health"
         return Response(metrics.text(live), 200, media_type="text/plain; version=0.0.4"), "metrics"
 
     @contextlib.asynccontextmanager

@@ -205,15 +205,14 @@ def interval_slack(upper: np.ndarray) -> np.ndarray:
     return ratio.max(axis=(0, 2))
 
 
-def loose(upper: np.ndarray, n: np.ndarray, max_slack: float) -> np.ndarray:
-    """Which intervals (n[j], n[j+1]) of a surface ``upper`` [eps0, n, delta] (the stored float32
-    values) must be split: some eps0 and delta where upper(n_j) / upper(n_{j+1}) - 1 > max_slack
-    (the reason: a query between them is read at n_j, and the exact eps there is at least the
-    one at n_{j+1}, so this ratio is how far the answer can be above the certified value at
-    the larger n), except where the value at n_{j+1} is below ``SLACK_FLOOR`` (a relative slack
-    says nothing there: eps reaches 0; the absolute excess is reported instead) or where n_j
-    and n_{j+1} are adjacent integers (nothing to insert)."""
-    return (interval_slack(upper) > max_slack) & (np.diff(n) > 1)
+def loose(slack: np.ndarray, n: np.ndarray, max_slack: float) -> np.ndarray:
+    """Which intervals (n[j], n[j+1]) must be split, given their ``interval_slack`` of the stored
+    float32 values: those above max_slack (the reason: a query between them is read at n_j, and
+    the exact eps there is at least the one at n_{j+1}, so this ratio is how far the answer can
+    be above the certified value at the larger n; where the value at n_{j+1} is below
+    ``SLACK_FLOOR`` a relative slack says nothing, eps reaches 0, and the absolute excess is
+    reported instead), except where n_j and n_{j+1} are adjacent integers (nothing to insert)."""
+    return (slack > max_slack) & (np.diff(n) > 1)
 
 
 def insertions(n: np.ndarray, slack: np.ndarray, split: np.ndarray, max_slack: float) -> np.ndarray:
@@ -279,11 +278,11 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
     exact = compute(n)
     rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 (the count is reported)
-        stored = round_float32(exact, up=True)
-        split = loose(stored, n, aim)
+        slack = interval_slack(round_float32(exact, up=True))  # of the values the file will store
+        split = loose(slack, n, aim)
         if not split.any():
             break
-        new = insertions(n, interval_slack(stored), split, aim)
+        new = insertions(n, slack, split, aim)
         new = new[~np.isin(new, n)]
         n = np.concatenate([n, new])
         exact = np.concatenate([exact, compute(new)], axis=1)
