@@ -1,16 +1,22 @@
-"""Benchmark of composition (tablegen.compose): whole-process time, and tightness against basic
-and advanced composition.
+"""Composition of rounds (tablegen.compose): whole-process time, tightness against basic and
+advanced composition (a table, and the figure of docs/composition.md), and joint compositions.
 
-Run as ``python bench/compose_bench.py [--repeat 3] [--no-tightness]``; prints Markdown
-(bench/RESULTS.md holds its output).
+Parts (``python -m bench compose [--only PART ...] [--quick]``):
 
-1. ``tablegen compose --mechanism krr --k 10 --eps0 1 --n 1e6 --rounds 365 --delta 1e-8 --json``
-   as a fresh process (wall time around it, best and median of --repeat), and in-process the
-   split: import, engine profile evaluations (their count), PLD composition.
-2. ``tablegen compose-sequence`` of 30 different rounds (k-RR k=10 and generic alternating,
-   eps0 from 0.5 to 2, n from 1e5 to 1e7, geometric), whole process.
-3. Tightness: composed eps at T = 10, 100, 1000 (delta = 1e-8 in total) for three settings,
-   beside basic (T * eps1 at delta/T) and advanced composition (delta' = delta/2, delta1 = delta/(2T)).
+* ``time``: ``tablegen compose --mechanism krr --k 10 --eps0 1 --n 1e6 --rounds 365 --delta 1e-8 --json`` as a
+  fresh process (best and median of ``--repeat``; target <= 2 s), in this process the split (import,
+  engine profile evaluations and their count, PLD composition), and ``tablegen compose-sequence`` of 30
+  different rounds (k-RR k = 10 and generic alternating, eps0 0.5 to 2, n 1e5 to 1e7, geometric; target
+  <= 10 s).
+* ``tightness``: total certified eps at T = 10, 100, 1000 (delta = 1e-8 in total) for three settings, beside
+  basic (T * eps1 at delta / T) and advanced composition (Dwork-Rothblum-Vadhan, delta' = delta / 2,
+  delta1 = delta / (2T)).
+* ``figure``: the same three curves against T = 1 .. ``--max-rounds`` (``--points`` values, geometric,
+  delta = ``--delta``) for each of ``--settings``, one panel each, written to ``--out``
+  (docs/figures/composition.png), with the table of the plotted values.
+* ``joint``: k-joint compositions (k parts, eps0 / k each) of Laplace, k-RR k = 10 and RAPPOR, k = 2, 3, 4,
+  each in a fresh one-core process capped at ``--mem-gib``: components of the merged upper and lower
+  decompositions, build time, one certified eps(delta = 1e-6) at n = 1e6 with its lower bound, peak RSS.
 """
 
 from __future__ import annotations
@@ -18,59 +24,70 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+import numpy as np
+
+from bench import common
+
 SINGLE = ["compose", "--mechanism", "krr", "--k", "10", "--eps0", "1", "--n", "1e6", "--rounds", "365",
           "--delta", "1e-8", "--json"]
-TIGHTNESS = [("krr", 1.0, 10**6, {"k": 10}), ("krr", 4.0, 10**5, {"k": 10}), ("generic", 1.0, 10**6, {})]
+TIGHTNESS = "krr k=10 eps0=1 n=1e6;krr k=10 eps0=4 n=1e5;generic eps0=1 n=1e6"
+FIGURE = "krr k=10 eps0=1 n=1e6;krr k=10 eps0=4 n=1e5;generic eps0=1 n=1e6;generic eps0=2 n=1e4"
+QUICK = "generic eps0=1 n=100"
+JOINT_CHILD = """
+import json, time
+from tablegen.mechanisms import get_mechanism
+from tablegen.engine import eps_bounds
+m = get_mechanism("joint")
+params = m.resolve({params!r})
+t0 = time.perf_counter()
+upper, lower = m.upper({eps0!r}, **params), m.lower({eps0!r}, **params)
+t1 = time.perf_counter()
+b = eps_bounds("joint", eps0={eps0!r}, n=10**6, delta=1e-6, **{params!r})
+t2 = time.perf_counter()
+print(json.dumps({{"upper": max(d.c.size for d in upper), "lower": max(d.c.size for d in lower),
+                  "build_s": t1 - t0, "query_s": t2 - t1, "eps": b.upper, "eps_lower": b.lower}}))
+"""
 
 
-def sequence() -> list[dict]:
+def _sequence(count: int) -> list[dict]:
     rounds = []
-    for i in range(30):
-        t = i / 29
+    for i in range(count):
+        t = i / max(count - 1, 1)
         entry = {"mechanism": "krr" if i % 2 == 0 else "generic", "eps0": round(0.5 * 4**t, 4),
                  "n": int(round(1e5 * 100**t))}
-        if i % 2 == 0:
-            entry["k"] = 10
-        rounds.append(entry)
+        rounds.append({**entry, "k": 10} if i % 2 == 0 else entry)
     return rounds
 
 
-def whole_process(args: list[str], repeat: int) -> tuple[list[float], dict]:
-    times, out = [], {}
-    for _ in range(repeat):
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "tablegen.cli", *args], capture_output=True, text=True,
-                              cwd=ROOT, check=True)
-        times.append(time.perf_counter() - start)
-        out = json.loads(done.stdout)
-    return times, out
+def _whole_process(argv: list[str], repeat: int) -> tuple[list[float], dict]:
+    runs = [common.child([sys.executable, "-m", "tablegen.cli", *argv]) for _ in range(repeat)]
+    failed = [r.error for r in runs if r.error]
+    if failed:
+        raise RuntimeError(failed[0])
+    return [r.wall_s for r in runs], json.loads(runs[-1].stdout)
 
 
-def split() -> dict:
-    """Import, profile evaluations and composition of section 1, in this process."""
+def _split(rounds: int) -> dict:
+    """Import, profile evaluations and composition of ``SINGLE``, in this process."""
     t0 = time.perf_counter()
+    import tablegen.engine as engine
     from tablegen import compose
     from tablegen.compose import pld
-    from tablegen.engine import accountant
 
     t1 = time.perf_counter()
     calls = {"n": 0, "s": 0.0}
-    original = accountant.delta_curve
+    original = engine.delta_curve
 
-    def counted(*a, **k):
+    def counted(*a: Any, **k: Any) -> Any:
         start = time.perf_counter()
         out = original(*a, **k)
         calls["n"] += len(k["eps"])
         calls["s"] += time.perf_counter() - start
         return out
-
-    import tablegen.engine as engine
 
     engine.delta_curve = counted
     try:
@@ -78,51 +95,137 @@ def split() -> dict:
     finally:
         engine.delta_curve = original
     t2 = time.perf_counter()
-    value = pld.eps_for_delta(pld.self_composed(single, 365), 1e-8)
-    t3 = time.perf_counter()
-    return {"import_s": t1 - t0, "profile_points": calls["n"], "profile_s": calls["s"], "one_round_s": t2 - t1,
-            "compose_s": t3 - t2, "eps": value}
+    value = pld.eps_for_delta(pld.self_composed(single, rounds), 1e-8)
+    return {"import_s": t1 - t0, "points": calls["n"], "profile_s": calls["s"], "one_round_s": t2 - t1,
+            "compose_s": time.perf_counter() - t2, "eps": value}
 
 
-def tightness() -> list[str]:
-    from tablegen import compose
+def timing(args: argparse.Namespace) -> list[str]:
+    repeat, count = (1, 3) if args.quick else (args.repeat, 30)
+    times, out = _whole_process(SINGLE, repeat)
+    s = _split(365)
+    seq_times, seq = _whole_process(["compose-sequence", "--rounds", json.dumps(_sequence(count)), "--delta", "1e-8",
+                                     "--json"], repeat)
+    return ["### Composition: time", "",
+            f"- `tablegen {' '.join(SINGLE)}`: eps = {out['eps']:.6g}; whole process best {min(times):.2f} s, "
+            f"median {statistics.median(times):.2f} s (target <= 2 s)",
+            f"- in-process split: import {s['import_s']:.2f} s; one-round PLD {s['one_round_s']:.2f} s of which "
+            f"{s['points']} certified profile points {s['profile_s']:.2f} s; 365-fold composition and eps "
+            f"{s['compose_s']:.3f} s",
+            f"- `tablegen compose-sequence` of {count} different rounds (k-RR k=10 / generic, eps0 0.5..2, n "
+            f"1e5..1e7): eps = {seq['eps']:.6g}; whole process best {min(seq_times):.2f} s, median "
+            f"{statistics.median(seq_times):.2f} s (target <= 10 s)"]
+
+
+def parse_setting(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """'krr k=10 eps0=1 n=1e6' -> ('krr', {'eps0': 1.0, 'n': 1000000}, {'k': 10})."""
+    family, *pairs = text.split()
+    values = {k: float(v) for k, v in (p.split("=") for p in pairs)}
+    where = {"eps0": values.pop("eps0"), "n": int(values.pop("n"))}
+    return family, where, {k: int(v) if v.is_integer() else v for k, v in values.items()}
+
+
+def curves(setting: str, rounds: list[int], delta: float) -> dict[str, list[float]]:
+    """Ours (the certified PLD of one round, self-composed), basic and advanced total eps at each T."""
+    from tablegen.compose import one_round, pld
     from tablegen.compose.baselines import advanced_eps, basic_eps
 
+    family, where, params = parse_setting(setting)
+    single = one_round(family, **where, **params)
+    return {"ours (PLD)": [pld.eps_for_delta(pld.self_composed(single, t), delta) for t in rounds],
+            "basic T*eps": [basic_eps(family, **where, rounds=t, delta=delta, **params) for t in rounds],
+            "advanced (DRV)": [advanced_eps(family, **where, rounds=t, delta=delta, **params) for t in rounds]}
+
+
+def _rows(results: dict[str, dict[str, list[float]]], rounds: list[int]) -> list[list[object]]:
     rows = []
-    for family, eps0, n, params in TIGHTNESS:
-        for t in (10, 100, 1000):
-            ours = compose.eps(family, eps0=eps0, n=n, rounds=t, delta=1e-8, **params).eps
-            basic = basic_eps(family, eps0=eps0, n=n, rounds=t, delta=1e-8, **params)
-            adv = advanced_eps(family, eps0=eps0, n=n, rounds=t, delta=1e-8, **params)
-            label = f"{family}{' k=' + str(params['k']) if params else ''} eps0={eps0:g} n={n:.0e}"
-            rows.append(f"| {label} | {t} | {ours:.4g} | {basic:.4g} | {adv:.4g} | {basic / ours:.1f}x | "
-                        f"{min(basic, adv) / ours:.1f}x |")
+    for setting, lines in results.items():
+        for i, t in enumerate(rounds):
+            ours, basic, advanced = (values[i] for values in lines.values())
+            rows.append([setting, t, f"{ours:.4g}", f"{basic:.4g}", f"{advanced:.4g}", f"{basic / ours:.1f}x",
+                         f"{min(basic, advanced) / ours:.1f}x"])
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="fresh processes per whole-process timing")
-    parser.add_argument("--no-tightness", action="store_true", help="skip section 3")
-    args = parser.parse_args()
-    head = subprocess.run(["git", "log", "-1", "--format=%h %cs"], capture_output=True, text=True, cwd=ROOT)
-    print(f"## Composition benchmark (commit {head.stdout.strip()})\n")
-    times, out = whole_process(SINGLE, args.repeat)
-    print(f"- `tablegen {' '.join(SINGLE)}`: eps = {out['eps']:.6g}; whole process best {min(times):.2f} s, "
-          f"median {statistics.median(times):.2f} s (target <= 2 s)")
-    s = split()
-    print(f"- in-process split: import {s['import_s']:.2f} s; one-round PLD {s['one_round_s']:.2f} s of which "
-          f"{s['profile_points']} certified profile points {s['profile_s']:.2f} s; 365-fold composition and "
-          f"eps {s['compose_s']:.3f} s")
-    seq = json.dumps(sequence())
-    times, out = whole_process(["compose-sequence", "--rounds", seq, "--delta", "1e-8", "--json"], args.repeat)
-    print(f"- `tablegen compose-sequence` of 30 different rounds (k-RR k=10 / generic, eps0 0.5..2, n 1e5..1e7): "
-          f"eps = {out['eps']:.6g}; whole process best {min(times):.2f} s, median {statistics.median(times):.2f} s "
-          f"(target <= 10 s)")
-    if not args.no_tightness:
-        print("\n| setting | T | ours | basic | advanced | basic / ours | best classical / ours |\n"
-              "|---|---|---|---|---|---|---|")
-        print("\n".join(tightness()))
+HEADER = ["setting", "T", "ours", "basic", "advanced", "basic / ours", "best classical / ours"]
+
+
+def tightness(args: argparse.Namespace) -> list[str]:
+    rounds = [1, 20] if args.quick else [10, 100, 1000]
+    settings = [QUICK] if args.quick else TIGHTNESS.split(";")
+    results = {s: curves(s, rounds, 1e-8) for s in settings}
+    return ["### Composition: total certified eps at delta = 1e-8 against basic and advanced composition", "",
+            *common.table(HEADER, _rows(results, rounds))]
+
+
+def figure(args: argparse.Namespace) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points, max_rounds = (2, 20) if args.quick else (args.points, args.max_rounds)
+    rounds = sorted({int(round(t)) for t in np.geomspace(1, max_rounds, points)})
+    settings = args.settings or (QUICK if args.quick else FIGURE)
+    results = {s.strip(): curves(s.strip(), rounds, args.delta) for s in settings.split(";") if s.strip()}
+    columns = min(2, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
+    for ax, (setting, lines) in zip(axes.flat, results.items(), strict=False):
+        for (name, values), style in zip(lines.items(), ("-o", "--", ":"), strict=True):
+            ax.loglog(rounds, values, style, label=name, markersize=3)
+        ax.set_title(setting, fontsize=9)
+        ax.set_xlabel("rounds T")
+        ax.set_ylabel(f"total certified eps (delta={args.delta:g})")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    out = args.out or ("" if args.quick else str(common.ROOT / "docs" / "figures" / "composition.png"))
+    if out:
+        fig.savefig(out, dpi=110)
+    return [f"### Composition figure ({'wrote ' + out if out else 'not written'}), delta = {args.delta:g}", "",
+            *common.table(HEADER, _rows(results, rounds))]
+
+
+def joint(args: argparse.Namespace) -> list[str]:
+    cases = [("krr", {"k": 10})] if args.quick else [("laplace", {}), ("krr", {"k": 10}), ("rappor", {})]
+    rows = []
+    for base, extra in cases:
+        for parts in (2,) if args.quick else (2, 3, 4):
+            for eps0 in (0.1,) if args.quick else (0.1, 4.0):
+                code = JOINT_CHILD.format(params={"base": base, "parts": parts, **extra}, eps0=eps0)
+                run = common.child([sys.executable, "-c", code], mem_gib=args.mem_gib, timeout=args.timeout,
+                                   one_core=True)
+                row = [common.label(base, extra), parts, f"{eps0:g}"]
+                if run.error:
+                    rows.append([*row, f"**{run.error}**", "", "", "", f"{run.rss_mib:.0f}"])
+                    continue
+                r = json.loads(run.stdout)
+                rows.append([*row, f"{r['upper']} / {r['lower']}", f"{r['build_s']:.2f}", f"{r['query_s']:.2f}",
+                             f"{r['eps']:.4g} ({r['eps_lower']:.4g})", f"{run.rss_mib:.0f}"])
+    return ["### Joint compositions (n = 1e6, delta = 1e-6, one core per row; 'query s' rebuilds the "
+            "decompositions inside `eps_bounds` and includes the lower bound)", "",
+            *common.table(["base", "parts", "eps0", "upper / lower components", "build s", "query s", "eps (lower)",
+                           "peak RSS MiB"], rows)]
+
+
+PARTS: dict[str, common.Part] = {"time": timing, "tightness": tightness, "figure": figure, "joint": joint}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.parser("compose", __doc__, PARTS)
+    p.add_argument("--repeat", type=int, default=3, help="time: fresh processes per whole-process timing")
+    p.add_argument("--out", default=None, help="figure: the PNG to write (default docs/figures/composition.png; "
+                   "--quick: none)")
+    p.add_argument("--points", type=int, default=9, help="figure: values of T (geometric)")
+    p.add_argument("--max-rounds", type=int, default=10_000, help="figure: the largest T")
+    p.add_argument("--delta", type=float, default=1e-6, help="figure: delta in total")
+    p.add_argument("--settings", default=None, help="figure: ';'-separated 'family [k=..] eps0=.. n=..'")
+    p.add_argument("--mem-gib", type=float, default=8.0, help="joint: address-space cap per child, GiB")
+    p.add_argument("--timeout", type=float, default=300.0, help="joint: seconds per child")
+    common.run("compose", PARTS, p.parse_args(argv), argv)
 
 
 if __name__ == "__main__":

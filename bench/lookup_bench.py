@@ -1,39 +1,45 @@
-"""Benchmark of the lookup: import, open, latency, throughput, HTTP, and slack against live.
+"""Lookup: the command line as a whole process, import / open / latency / throughput, answers
+against the live engine (slack, inverse questions, lower bounds), the first open of a custom table,
+and the HTTP service under load.
 
-Run as ``python bench/lookup_bench.py [--table data/default.zarr] [--queries 300] [--inverse 40]
-[--seed S] [--max-slack 0.02] [--lower 40] [--slack-only] [--cli-only] [--trust-only] [--runs 15]``; prints Markdown.
+Parts (``python -m bench lookup [--only PART ...] [--quick] [--table PATH]``):
 
-0. The command line, whole process: the README query (``lookup eps --mechanism krr --k 10 --eps0 2
-   --n 1e6 --delta 1e-8``, the interpreter with ``-m lookup.cli``) against ``python -c "import
-   numpy"``, run in turn ``--runs`` times each: wall time and peak RSS (``/usr/bin/time``) as
-   min / median / max, and the ratio of the two wall times pair by pair (target: <= 2, and
-   <= 120 MB).  ``--cli-only`` prints this section alone.
-1. ``import lookup`` in a fresh process: time and whether any heavy module came with it.
-2. Table open (manifest, file set, metadata and axes) and the first query (one row's chunks
-   read, verified and decoded) in a fresh process.
-3. Scalar ``lookup.eps`` latency once the table is open (p50, p90 over 20000 calls), and
-   vectorised throughput (10^6 random queries in one call).
-4. (HTTP: ``bench/serve_bench.py``, the real server under load.)
-5. Slack: random queries inside the table's ranges (eps0 uniform, n and delta log-uniform, every
-   row in turn), and a quarter as many with eps0 on a grid value: per family, the table-only
-   answer (``max_slack=None``) and the default route (``max_slack`` 0.02: table, certified
-   estimate or live) against the live certified value (``eps_bounds`` upper): median, 95th
-   percentile and max of answer / live - 1, the share of each source, the default route's time
-   per query (cold cache), and answers below the live value (must be none beyond 1e-3).
-6. Inverse questions: ``lookup.eps0_max`` and ``lookup.delta`` against the engine.
-8. (``--trust-only``, or with the rest) A custom table (a copy of ``--table`` with one row raised
-   by 0.1%, published with its own manifest, so not pinned): its first open in a fresh process
-   (spot-certified by the engine, ``lookup/trust.py``) and its later opens (remembered), wall and
-   peak RSS, against the pinned shipped table's open, each a whole process answering one query.
-7. Lower bounds: the table's (``max_slack=None``) and the default route's against the engine's
-   live lower bound, and whether each is within the engine's own gap (live upper - live lower) of it.
+* ``cli``: the README query (``python -m lookup.cli eps --mechanism krr --k 10 --eps0 2 --n 1e6 --delta
+  1e-8``) against ``python -c "import numpy"``, in turn ``--runs`` times each: wall and peak RSS (min /
+  median / max) and the ratio of the two walls pair by pair (target: <= 2, and <= 120 MB).
+* ``open``: ``import lookup`` in a fresh process (time, heavy modules pulled), table open and first query
+  in a fresh process, scalar ``lookup.eps`` p50 / p90 over 20,000 random in-grid queries (table open;
+  ``max_slack=None``, and the default max_slack at grid points), vectorised throughput (10^6 queries).
+* ``slack``: ``--queries`` random queries inside the table's ranges (eps0 uniform, n and delta
+  log-uniform, every row in turn), a quarter as many at grid eps0, a tenth at a k-RR k the table lacks:
+  the table alone (``max_slack=None``) and the default route (``--max-slack``: table, certified estimate
+  or live) against the live certified value (``eps_bounds`` upper): median / 95% / max of answer / live -
+  1 per family, the share of each source, the route's time per query (cold cache), answers below live.
+* ``inverse``: ``lookup.eps0_max`` and ``lookup.delta`` (default route) against the engine at
+  ``--inverse`` random queries; then the engine's own ``eps0_max`` for every family at n 1e2..1e9
+  (each family one process: slowest and median call, peak RSS; target <= 2 s and <= 1 GB a call).
+* ``lower``: the lower bound of the table alone and of the default route against the live lower bound
+  (``--lower`` random queries), and whether each lies within the engine's own gap of it.
+* ``trust``: a custom table (a copy of ``--table`` with one row raised by 0.1%, its own manifest, so not
+  pinned): its first open in a fresh process (spot-certified, ``lookup/trust.py``) and later opens
+  (remembered), against the pinned table's open, each a process answering one query.
+* ``serve``: ``lookup serve --no-access-log`` on a free loopback port, asyncio clients with one keep-alive
+  HTTP/1.1 connection each: (1) ``--clients`` connections asking table answers for ``--seconds``:
+  requests/s and latency; (2) 4 such connections while ``--live-clients`` force live work (new off-grid
+  questions, 503 once the queue is full): the table answers' latency, the live clients' statuses, the
+  server's peak RSS (its process and workers); (3) with ``--soak S``: S seconds of ``--clients``
+  connections with 40% bad requests beside the live clients: statuses (no 5xx) and RSS every 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import collections
 import json
-import statistics
+import os
+import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,87 +49,60 @@ from typing import Any
 
 import numpy as np
 
-from tablegen.engine.curve import FLOOR  # the live search's smallest eps, relative to eps0
+from bench import common
+from tablegen.engine.dense import FLOOR  # the live search's smallest eps, relative to eps0
 
-ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("dask", "distributed", "xarray", "scipy", "pandas", "tablegen", "zarr")
 README_QUERY = ["eps", "--mechanism", "krr", "--k", "10", "--eps0", "2", "--n", "1e6", "--delta", "1e-8"]
 
 
-def fresh(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=ROOT).stdout.strip()
+def _fresh(code: str) -> Any:
+    """The JSON a ``python -c code`` process prints."""
+    run = common.child([sys.executable, "-c", code])
+    if run.error:
+        raise RuntimeError(run.error)
+    return json.loads(run.stdout)
 
 
-GNU_TIME = Path("/usr/bin/time")
-
-
-def child(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident memory (MiB; NaN without GNU time) of one process run to its
-    end, its output thrown away.  The memory is read by ``/usr/bin/time -f %M``: a child's own
-    rusage would count this (larger) process's memory, which a fork takes along until the exec."""
-    with tempfile.NamedTemporaryFile("r") as report:
-        prefix = [str(GNU_TIME), "-f", "%M", "-o", report.name] if GNU_TIME.exists() else []
-        start = time.perf_counter()
-        subprocess.run(prefix + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, check=True)
-        wall = time.perf_counter() - start
-        peak = report.read().split()
-    return wall, int(peak[-1]) / 1024 if peak else float("nan")
-
-
-def command_line(table: str, runs: int) -> list[str]:
-    """Section 0: the README query as a whole process against ``python -c "import numpy"``."""
+def cli(args: argparse.Namespace) -> list[str]:
     query = [sys.executable, "-m", "lookup.cli", *README_QUERY]
-    if Path(table).resolve() != (ROOT / "data" / "default.zarr").resolve():
-        query += ["--table", table]
+    if Path(args.table).resolve() != (common.ROOT / "data" / "default.zarr").resolve():
+        query += ["--table", args.table]
     numpy_only = [sys.executable, "-c", "import numpy"]
-    child(query), child(numpy_only)  # warm-up: the page cache
+    common.child(query), common.child(numpy_only)  # warm-up: the page cache
     lookups, numpys = [], []
-    for _ in range(runs):  # in turn, so a drift of the machine's speed moves both
-        lookups.append(child(query))
-        numpys.append(child(numpy_only))
-
-    def spread(values: list[float], unit: str, scale: float = 1.0) -> str:
-        return f"{min(values) * scale:.3g} / {statistics.median(values) * scale:.3g} / {max(values) * scale:.3g}" + (
-            f" {unit}" if unit else "")
-
-    ratios = [a[0] / b[0] for a, b in zip(lookups, numpys, strict=True)]
-    return ["### 0. The command line, whole process (min / median / max)", "",
-            f"`python -m lookup.cli {' '.join(query[3:])}` against `python -c \"import numpy\"`, {runs} runs each "
-            "in turn:", "",
-            f"- README query: wall {spread([w for w, _ in lookups], 'ms', 1e3)}, peak RSS "
-            f"{spread([m for _, m in lookups], 'MiB')}",
-            f"- `import numpy`: wall {spread([w for w, _ in numpys], 'ms', 1e3)}, peak RSS "
-            f"{spread([m for _, m in numpys], 'MiB')}",
-            f"- ratio of the wall times, pair by pair: {spread(ratios, '')} (target <= 2; peak RSS <= 120 MB)", ""]
+    for _ in range(2 if args.quick else args.runs):  # in turn, so a drift of the machine's speed moves both
+        lookups.append(common.child(query))
+        numpys.append(common.child(numpy_only))
+    ratios = [a.wall_s / b.wall_s for a, b in zip(lookups, numpys, strict=True)]
+    return ["### The command line, whole process (min / median / max)", "",
+            f"`python -m lookup.cli {' '.join(query[3:])}` against `python -c \"import numpy\"`, {len(ratios)} runs "
+            "each in turn:", "",
+            f"- README query: wall {common.spread([r.wall_s for r in lookups], 1e3, 'ms')}, peak RSS "
+            f"{common.spread([r.rss_mib for r in lookups], 1, 'MiB')}",
+            f"- `import numpy`: wall {common.spread([r.wall_s for r in numpys], 1e3, 'ms')}, peak RSS "
+            f"{common.spread([r.rss_mib for r in numpys], 1, 'MiB')}",
+            f"- ratio of the wall times, pair by pair: {common.spread(ratios)} (target <= 2; peak RSS <= 120 MB)"]
 
 
-def import_and_open(table: str) -> list[str]:
-    imp = json.loads(fresh(
-        "import time, sys; t = time.perf_counter(); import lookup; dt = time.perf_counter() - t; import json; "
-        f"print(json.dumps([dt, [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]]))"))
-    opened = json.loads(fresh(
-        "import time, json, lookup; t = time.perf_counter(); "
-        f"table = lookup.open_table({table!r}); t1 = time.perf_counter(); "
-        "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=table, max_slack=None); "
-        "print(json.dumps([t1 - t, time.perf_counter() - t1]))"))
-    return [f"- `import lookup`: {imp[0] * 1e3:.1f} ms; heavy modules pulled: {imp[1] or 'none'}",
-            f"- table open (manifest, file set, metadata and axes, each file read checked against its SHA-256): "
-            f"{opened[0] * 1e3:.0f} ms; then the first query (its row's two chunks read, checked, decoded, made "
-            f"monotone): {opened[1] * 1e3:.0f} ms"]
-
-
-def latency(table: str) -> list[str]:
+def opening(args: argparse.Namespace) -> list[str]:
     import lookup
 
-    t = lookup.open_table(table)
+    imported = _fresh("import time, sys; t = time.perf_counter(); import lookup; dt = time.perf_counter() - t; "
+                      f"import json; print(json.dumps([dt, [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]]))")
+    opened = _fresh("import time, json, lookup; t = time.perf_counter(); "
+                    f"table = lookup.open_table({args.table!r}); t1 = time.perf_counter(); "
+                    "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=table, max_slack=None); "
+                    "print(json.dumps([t1 - t, time.perf_counter() - t1]))")
+    t = lookup.open_table(args.table)
+    count, size = (2000, 10**5) if args.quick else (20000, 10**6)
     rng = np.random.default_rng(0)
-    eps0 = rng.uniform(0.05, 8, 20000).tolist()
-    n = np.round(10 ** rng.uniform(2, 8, 20000)).tolist()
-    delta = (10 ** rng.uniform(-12, -3, 20000)).tolist()
+    eps0 = rng.uniform(0.05, 8, count).tolist()
+    n = np.round(10 ** rng.uniform(2, 8, count)).tolist()
+    delta = (10 ** rng.uniform(-12, -3, count)).tolist()
+    grid = [rng.choice(axis, count).tolist() for axis in (t.eps0, t.n, t.delta)]
     times, grid_times = [], []
-    grid = [rng.choice(axis, 20000).tolist() for axis in (t.eps0, t.n, t.delta)]
-    for i in range(20000):
+    for i in range(count):
         start = time.perf_counter()
         lookup.eps("krr", eps0=eps0[i], n=n[i], delta=delta[i], table=t, max_slack=None, k=10)
         times.append(time.perf_counter() - start)
@@ -132,17 +111,20 @@ def latency(table: str) -> list[str]:
         grid_times.append(time.perf_counter() - start)
     times.sort()
     grid_times.sort()
-    size = 10**6
     e, m, d = rng.uniform(0.05, 8, size), np.round(10 ** rng.uniform(2, 8, size)), 10 ** rng.uniform(-12, -3, size)
     start = time.perf_counter()
     lookup.eps("krr", eps0=e, n=m, delta=d, table=t, max_slack=None, k=10)
     rate = size / (time.perf_counter() - start)
-    return [f"- scalar `lookup.eps` (krr k=10, random in-grid queries, table open, max_slack=None): p50 "
-            f"{statistics.median(times) * 1e6:.1f} us, p90 {times[int(0.9 * len(times))] * 1e6:.1f} us "
-            "(target p50 < 20 us)",
+    return ["### Import, open, latency, throughput", "",
+            f"- `import lookup`: {imported[0] * 1e3:.1f} ms; heavy modules pulled: {imported[1] or 'none'}",
+            f"- table open (manifest, file set, metadata and axes, each file read checked against its SHA-256): "
+            f"{opened[0] * 1e3:.0f} ms; then the first query (its row's two chunks read, checked, decoded, made "
+            f"monotone): {opened[1] * 1e3:.0f} ms",
+            f"- scalar `lookup.eps` (krr k=10, {count} random in-grid queries, table open, max_slack=None): p50 "
+            f"{np.median(times) * 1e6:.1f} us, p90 {times[int(0.9 * count)] * 1e6:.1f} us (target p50 < 20 us)",
             f"- the same with the default max_slack, queries within it (grid points): p50 "
-            f"{statistics.median(grid_times) * 1e6:.1f} us, p90 {grid_times[int(0.9 * len(grid_times))] * 1e6:.1f} us",
-            f"- vectorised: {rate:.3g} queries/s for 10^6 queries in one call, max_slack=None (target > 1e6)"]
+            f"{np.median(grid_times) * 1e6:.1f} us, p90 {grid_times[int(0.9 * count)] * 1e6:.1f} us",
+            f"- vectorised: {rate:.3g} queries/s for {size:.0e} queries in one call, max_slack=None (target > 1e6)"]
 
 
 def _random_queries(t: Any, count: int, rng: np.random.Generator, grid_eps0: bool) -> list[tuple]:
@@ -203,6 +185,8 @@ def _slack_table(records: list[dict[str, Any]]) -> list[str]:
     families = list(dict.fromkeys(r["family"] for r in records)) + ["all"]
     for family in families:
         rs = [r for r in records if family in ("all", r["family"]) and not r["zero"]]
+        if not rs:
+            continue
         table = [r["table"] for r in rs if r["table_source"] == "table"]  # OLH off grid eps0: live either way
         shares = "/".join(f"{sum(r['source'] == s for r in rs)}" for s in ("table", "certified estimate", "live"))
         ms = [1e3 * r["route_s"] for r in rs]
@@ -233,44 +217,65 @@ def _region_table(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def slack_against_live(table: str, count: int, seed: int, max_slack: float) -> list[str]:
-    """Section 5: the table alone and the default route against the live certified value."""
+def slack(args: argparse.Namespace) -> list[str]:
     import lookup
 
-    t = lookup.open_table(table)
-    rng = np.random.default_rng(seed)
-    random_eps0 = _measure(t, _random_queries(t, count, rng, False), max_slack)
-    grid_eps0 = _measure(t, _random_queries(t, max(count // 4, len(t.families)), rng, True), max_slack)
-    out = [f"### 5. Slack against the live certified value (seed {seed}, max_slack {max_slack:g})", "",
+    t = lookup.open_table(args.table)
+    count = 16 if args.quick else args.queries
+    rng = np.random.default_rng(args.seed)
+    random_eps0 = _measure(t, _random_queries(t, count, rng, False), args.max_slack)
+    grid_eps0 = _measure(t, _random_queries(t, max(count // 4, len(t.families)), rng, True), args.max_slack)
+    other_k = _measure(t, _other_k(t, max(count // 10, 1), rng), args.max_slack)
+    out = [f"### Slack against the live certified value (seed {args.seed}, max_slack {args.max_slack:g})", "",
            f"Queries inside the table's ranges (eps0 {t.eps0[0]:g}..{t.eps0[-1]:g}, n {t.n[0]:g}..{t.n[-1]:g} "
            f"log-uniform, delta {t.delta[0]:g}..{t.delta[-1]:g} log-uniform), rows in turn. Slack = answer / "
            "`eps_bounds(..., lower=False).upper` - 1 (negative: below the live search, which stops at rtol 1e-4). "
            "'table only': `max_slack=None` (OLH rows at off-grid eps0 are live either way and left out); "
-           "'default route': `max_slack` as given, live cache cleared before each query. Timings on a shared, "
-           "noisy 2-core machine.", "", f"Random eps0 ({len(random_eps0)} queries):", ""]
-    out += _slack_table(random_eps0) + ["", "Table only by region (random eps0): median / p95 (queries)", ""]
-    out += _region_table(random_eps0) + ["", f"eps0 on a grid value ({len(grid_eps0)} queries):", ""]
-    out += _slack_table(grid_eps0)
-    other_k = _measure(t, _other_k(t, max(count // 10, 1), rng), max_slack)
+           "'default route': `max_slack` as given, live cache cleared before each query.", "",
+           f"Random eps0 ({len(random_eps0)} queries):", "", *_slack_table(random_eps0), "",
+           "Table only by region (random eps0): median / p95 (queries)", "", *_region_table(random_eps0), "",
+           f"eps0 on a grid value ({len(grid_eps0)} queries):", "", *_slack_table(grid_eps0)]
     if other_k:
-        out += ["", f"k-RR at a k the table lacks ({len(other_k)} queries, random eps0):", ""] + _slack_table(other_k)
+        out += ["", f"k-RR at a k the table lacks ({len(other_k)} queries, random eps0):", "", *_slack_table(other_k)]
     everything = random_eps0 + grid_eps0 + other_k
     below = [r["query"] for r in everything if min(r["table"], r["route"]) < -1e-3]
-    missed = [r for r in everything if r["route"] > max_slack]
-    out += ["", f"Answers more than 0.1% below the live certified value: {len(below)} {below[:3] if below else ''}",
-            f"Default-route answers above max_slack (the slack estimate missed): {len(missed)} of {len(everything)}"
-            + "".join(f"; {r['source']} {r['route']:.1%} at {r['query']}" for r in missed[:3])]
-    return out
+    missed = [r for r in everything if r["route"] > args.max_slack]
+    return out + ["", f"Answers more than 0.1% below the live certified value: {len(below)} {below[:3]}",
+                  f"Default-route answers above max_slack (the slack estimate missed): {len(missed)} of "
+                  f"{len(everything)}" + "".join(f"; {r['source']} {r['route']:.1%} at {r['query']}"
+                                                 for r in missed[:3])]
 
 
-def inverse_against_live(table: str, count: int, seed: int) -> list[str]:
-    """Section 6: ``lookup.eps0_max`` and ``lookup.delta`` (default route) against the engine."""
+INVERSE_FAMILIES = {"generic": {}, "krr k=10": {"k": 10}, "blh": {}, "olh": {}, "rappor": {}, "oue": {}, "hr": {},
+                    "laplace": {}, "joint krr k=10 x2": {"base": "krr", "k": 10, "parts": 2}}
+INVERSE_QUERIES = [(0.5, 1e-8), (1.569, 2.058e-6)]  # the second: the service's worst case reported in issue 27
+INVERSE_CHILD = """
+import json, sys, time
+from tablegen.engine import eps0_max
+family, params, ns, queries = json.loads(sys.argv[1])
+rows = []
+for n in ns:
+    for eps, delta in queries:
+        start = time.perf_counter()
+        try:
+            eps0_max(family.split()[0], eps=eps, n=n, delta=delta, **params)
+        except ValueError:
+            pass
+        rows.append([n, eps, delta, time.perf_counter() - start])
+print(json.dumps(rows))
+"""
+
+
+def inverse(args: argparse.Namespace) -> list[str]:
+    """``lookup.eps0_max`` and ``lookup.delta`` (default route) against the engine, then the engine's
+    ``eps0_max`` timed per family."""
     import lookup
     import lookup.live
     from tablegen.engine import delta_bounds, eps0_max
 
-    t = lookup.open_table(table)
-    rng = np.random.default_rng(seed + 1)
+    t = lookup.open_table(args.table)
+    count = 3 if args.quick else args.inverse
+    rng = np.random.default_rng(args.seed + 1)
     budget, delta, sources = [], [], []
     for family, params, eps0, n, d in _random_queries(t, count, rng, False):
         eps = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=None, **params).value)
@@ -282,31 +287,52 @@ def inverse_against_live(table: str, count: int, seed: int) -> list[str]:
         if live > 0:  # eps < eps0
             delta.append(lookup.delta(family, eps0=eps0, n=n, eps=eps, table=t, **params).value / live - 1)
     shares = ", ".join(f"{s} {sources.count(s)}" for s in ("table", "certified estimate", "live"))
-    return ["", f"### 6. Inverse questions, default route against the engine ({count} queries, eps = the table's "
-            "answer at a random query)", "",
-            f"- `lookup.eps0_max` / `tablegen eps0-max` - 1: median {np.median(budget):.2%}, min {min(budget):.2%}, "
-            f"max {max(budget):.2%} (target: within 1% below; answers {shares})",
-            f"- `lookup.delta` / live certified delta - 1: median {np.median(delta):.2%}, max {max(delta):.2%}"]
+    out = [f"### Inverse questions, default route against the engine ({count} queries, eps = the table's answer at "
+           "a random query)", "",
+           f"- `lookup.eps0_max` / `tablegen eps0-max` - 1: median {np.median(budget):.2%}, min {min(budget):.2%}, "
+           f"max {max(budget):.2%} (target: within 1% below; answers {shares})",
+           f"- `lookup.delta` / live certified delta - 1: median {np.median(delta):.2%}, max {max(delta):.2%}"
+           if delta else "- `lookup.delta`: no query with eps below eps0"]
+    families = dict(list(INVERSE_FAMILIES.items())[:2]) if args.quick else INVERSE_FAMILIES
+    ns = (10**4,) if args.quick else (100, 10**4, 10**6, 10**9)
+    rows = []
+    for family, params in families.items():
+        run = common.child([sys.executable, "-c", INVERSE_CHILD, json.dumps([family, params, ns, INVERSE_QUERIES])])
+        if run.error:
+            rows.append([family, f"**{run.error}**", "", "", ""])
+            continue
+        calls = json.loads(run.stdout)
+        slow = max(calls, key=lambda r: r[3])
+        rows.append([family, f"{slow[3]:.2f} s", f"{slow[0]:g}, {slow[1]}, {slow[2]:g}",
+                     f"{sorted(r[3] for r in calls)[len(calls) // 2]:.2f} s", f"{run.rss_mib:.0f} MiB"])
+    return out + ["", "### The engine's eps0_max, live: eps, delta in " + ", ".join(
+        f"({e}, {d:g})" for e, d in INVERSE_QUERIES) + f" at n in {ns}, each call timed alone; peak RSS of the "
+        "family's process", "", *common.table(["family", "slowest call", "its query (n, eps, delta)", "median call",
+                                               "peak RSS"], rows)]
 
 
-def lower_against_live(table: str, count: int, seed: int, max_slack: float) -> list[str]:
-    """Section 7: the lower bound of the table alone and of the default route against the live
+def lower(args: argparse.Namespace) -> list[str]:
+    """The lower bound of the table alone and of the default route against the live
     one (``eps_bounds`` with its lower bound)."""
     import lookup
     from tablegen.engine import eps_bounds
 
-    t = lookup.open_table(table)
-    rng = np.random.default_rng(seed + 2)
-    routes = {"table alone": None, f"default route (max_slack {max_slack:g})": max_slack}
+    t = lookup.open_table(args.table)
+    count = 4 if args.quick else args.lower
+    rng = np.random.default_rng(args.seed + 2)
+    routes = {"table alone": None, f"default route (max_slack {args.max_slack:g})": args.max_slack}
     found: dict[str, list[tuple[float, Any, tuple]]] = {name: [] for name in routes}
     for family, params, eps0, n, d in _random_queries(t, count, rng, False):
         live = eps_bounds(family, eps0=eps0, n=n, delta=d, **params)
-        for name, slack in routes.items():
-            mine = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=slack, **params).lower)
+        for name, max_slack in routes.items():
+            mine = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=max_slack, **params).lower)
             if np.isfinite(mine) and live.lower is not None:
                 found[name].append((mine, live, (family, params, eps0, n, d)))
-    out = ["", f"### 7. Lower bounds against the live lower bound ({count} random queries)", ""]
+    out = [f"### Lower bounds against the live lower bound ({count} random queries)", ""]
     for name, rows in found.items():
+        if not rows:
+            out.append(f"- {name}: no query with a lower bound")
+            continue
         ratio = [mine / live.lower if live.lower > 0 else 1.0 for mine, live, _ in rows]
         within = sum(mine >= live.lower - (live.upper - live.lower) for mine, live, _ in rows)
         above = [q for mine, live, q in rows if mine > live.upper]
@@ -318,70 +344,188 @@ def lower_against_live(table: str, count: int, seed: int, max_slack: float) -> l
     return out
 
 
-def trust_first_open(table: str, runs: int) -> list[str]:
-    """Section 8: the first and later opens of a custom (not pinned) copy of ``table``."""
-    import os
-
+def trust(args: argparse.Namespace) -> list[str]:
+    """The first and later opens of a custom (not pinned) copy of ``--table``."""
     import xarray as xr
 
+    from lookup.trust import ENV_CACHE
     from tablegen import store
 
+    code = ("import lookup; t = lookup.open_table({!r}); "
+            "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=t, max_slack=None)")
+    firsts, laters, pinned = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
         custom = Path(scratch) / "custom.zarr"
-        with xr.open_zarr(table, consolidated=True) as ds:
+        with xr.open_zarr(args.table, consolidated=True) as ds:
             ds = ds.load().drop_encoding()
         ds["eps"][1] = np.minimum(ds["eps"][1] * 1.001, ds["eps0"])  # larger: still certified
         store.publish(ds, custom, store.CERTIFIED_ROUNDING)
-        code = ("import lookup; t = lookup.open_table({!r}); "
-                "lookup.eps('krr', eps0=2.0, n=10**6, delta=1e-8, k=10, table=t, max_slack=None)")
-        firsts, laters, pinned = [], [], []
-        for i in range(runs):
-            os.environ["XDG_CACHE_HOME"] = str(Path(scratch) / f"cache-{i}")  # nothing remembered yet
-            firsts.append(child([sys.executable, "-c", code.format(str(custom))]))
-            laters.append(child([sys.executable, "-c", code.format(str(custom))]))
-            pinned.append(child([sys.executable, "-c", code.format(table)]))
-        del os.environ["XDG_CACHE_HOME"]
+        for i in range(1 if args.quick else max(args.runs // 3, 1)):
+            cache = {ENV_CACHE: str(Path(scratch) / f"cache-{i}")}  # nothing remembered yet
+            firsts.append(common.child([sys.executable, "-c", code.format(str(custom))], env=cache))
+            laters.append(common.child([sys.executable, "-c", code.format(str(custom))], env=cache))
+            pinned.append(common.child([sys.executable, "-c", code.format(args.table)], env=cache))
 
-    def spread(values: list[tuple[float, float]]) -> str:
-        walls, peaks = [w for w, _ in values], [m for _, m in values]
-        return (f"wall {min(walls):.2f} / {statistics.median(walls):.2f} / {max(walls):.2f} s, peak RSS "
-                f"{statistics.median(peaks):.0f} MiB")
+    def spread(runs: list[common.Child]) -> str:
+        return (f"wall {common.spread([r.wall_s for r in runs], 1, 's')}, peak RSS "
+                f"{common.spread([r.rss_mib for r in runs], 1, 'MiB')}")
 
-    return ["### 8. First open of a custom table (spot certification) and later opens (min / median / max)", "",
+    return ["### First open of a custom table (spot certification) and later opens (min / median / max)", "",
             f"- custom table, first open (spot-certified): {spread(firsts)} (target <= 2 s)",
             f"- custom table, later opens (remembered by its digest): {spread(laters)}",
-            f"- the shipped table (pinned): {spread(pinned)}", ""]
+            f"- the shipped table (pinned): {spread(pinned)}"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", default=str(ROOT / "data" / "default.zarr"))
-    parser.add_argument("--queries", type=int, default=300, help="random queries of section 5")
-    parser.add_argument("--inverse", type=int, default=40, help="queries of section 6 (0: skip it)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-slack", type=float, default=0.02)
-    parser.add_argument("--lower", type=int, default=40, help="queries of section 7 (0: skip it)")
-    parser.add_argument("--slack-only", action="store_true", help="sections 5 to 7 only")
-    parser.add_argument("--cli-only", action="store_true", help="section 0 only")
-    parser.add_argument("--runs", type=int, default=15, help="runs of each command in section 0")
-    parser.add_argument("--trust-only", action="store_true", help="section 8 only")
-    args = parser.parse_args()
-    out = ["## Lookup benchmark", ""]
-    if args.trust_only:
-        print("\n".join(out + trust_first_open(args.table, max(args.runs // 3, 1))))
-        return
-    if not args.slack_only:
-        out += command_line(args.table, args.runs)
-    if args.cli_only:
-        print("\n".join(out))
-        return
-    if not args.slack_only:
-        out += import_and_open(args.table) + latency(args.table) + [""]
-    out += slack_against_live(args.table, args.queries, args.seed, args.max_slack)
-    out += inverse_against_live(args.table, args.inverse, args.seed) if args.inverse else []
-    out += lower_against_live(args.table, args.lower, args.seed, args.max_slack) if args.lower else []
-    out += trust_first_open(args.table, 3) if not args.slack_only else []
-    print("\n".join(out))
+BAD_QUERIES = ["/v1/eps?mechanism=nope&eps0=1&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=-3&eps0=1&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=10&eps0=abc&n=1e6&delta=1e-8",
+               "/v1/eps?mechanism=krr&k=10&eps0=1&n=1e6&delta=2",
+               "/v1/eps?mechanism=krr&k=10&eps0=1&n=1e6&delta=1e-8&colour=red"]
+TABLE_QUERIES = [f"/v1/eps?mechanism=krr&k=10&eps0={e}&n={n}&delta=1e-8&max_slack=none"
+                 for e in (0.5, 1, 2, 4) for n in ("1e4", "1e5", "1e6")]
+Results = tuple[list[float], collections.Counter]
+
+
+async def _client(port: int, paths: list[str], stop: float, latencies: list[float],
+                  statuses: collections.Counter) -> None:
+    """One keep-alive connection sending ``paths`` in turn (or new live questions if empty) until ``stop``."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    i = 0
+    try:
+        while time.perf_counter() < stop:
+            path = paths[i % len(paths)] if paths else _live_path()
+            i += 1
+            start = time.perf_counter()
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - start)
+            statuses[int(head.split(b" ", 2)[1])] += 1
+            if b"connection: close" in head.lower():
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    finally:
+        writer.close()
+
+
+def _live_path() -> str:
+    """A new off-grid question each time (no cache hit): a live or refined computation."""
+    eps0 = round(random.uniform(0.6, 3.9), 6)
+    return f"/v1/eps?mechanism=krr&k=10&eps0={eps0}&n={random.randint(10**4, 10**7)}&delta=1e-8"
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1e3 if values else float("nan")
+
+
+def _rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` and its descendants, MiB (from /proc)."""
+    total = 0
+    for p in [pid, *_descendants(pid)]:
+        try:
+            total += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                          if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        direct = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return direct + [g for c in direct for g in _descendants(c)]
+
+
+async def _phase(port: int, groups: list[tuple[int, list[str]]], seconds: float) -> list[Results]:
+    """Each group (connections, paths) for ``seconds``: its latencies and status counts."""
+    stop = time.perf_counter() + seconds
+    results = [([], collections.Counter()) for _ in groups]
+    await asyncio.gather(*(_client(port, paths, stop, *results[g])
+                           for g, (count, paths) in enumerate(groups) for _ in range(count)))
+    return results
+
+
+def _soak(port: int, pid: int, seconds: float, clients: int, live_clients: int) -> list[str]:
+    """Bad requests (40%), table answers and live work together, the server's RSS every 10 s."""
+    mixed = [*TABLE_QUERIES, *TABLE_QUERIES[:3], *BAD_QUERIES * 2]  # 15 good, 10 bad: 40% bad
+    samples: list[float] = []
+
+    async def run() -> list[Results]:
+        async def sample() -> None:
+            while True:
+                samples.append(_rss_mib(pid))
+                await asyncio.sleep(10)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            return await _phase(port, [(clients, mixed), (live_clients, [])], seconds)
+        finally:
+            sampler.cancel()
+
+    (ml, ms), (_, ls) = asyncio.run(run())
+    return [f"- soak {seconds:.0f} s: {clients} connections (40% bad requests): statuses {dict(ms)}, p99 "
+            f"{_pct(ml, 0.99):.2f} ms; {live_clients} live clients: statuses {dict(ls)}",
+            f"- server RSS every 10 s (MiB): {', '.join(f'{v:.0f}' for v in samples)}"]
+
+
+def serve(args: argparse.Namespace) -> list[str]:
+    seconds = 2.0 if args.quick else args.seconds
+    clients, live_clients = (4, 2) if args.quick else (args.clients, args.live_clients)
+    log = open(os.devnull, "w")
+    server = subprocess.Popen([sys.executable, "-m", "lookup.cli", "serve", "--port", "0", "--no-access-log",
+                               "--http", args.http, "--table", args.table], stderr=subprocess.PIPE, stdout=log,
+                              text=True, cwd=common.ROOT)
+    drain = None
+    try:
+        port = int(server.stderr.readline().split()[1].rsplit(":", 1)[1])
+        drain = subprocess.Popen(["cat"], stdin=server.stderr, stdout=log)  # the server's log, until it exits
+        time.sleep(3)  # the live workers start
+        (lat, st), = asyncio.run(_phase(port, [(clients, TABLE_QUERIES)], seconds))
+        peak = _rss_mib(server.pid)
+        (tl, ts), (ll, ls) = asyncio.run(_phase(port, [(4, TABLE_QUERIES), (live_clients, [])], seconds))
+        peak = max(peak, _rss_mib(server.pid))
+        out = [f"### `lookup serve` under load ({seconds:g} s per phase, http={args.http}, {os.cpu_count()} cores "
+               "shared by client and server)", "",
+               f"- keep-alive table answers: {clients} connections, {sum(st.values()) / seconds:.0f} requests/s, "
+               f"p50 {_pct(lat, 0.5):.2f} ms, p99 {_pct(lat, 0.99):.2f} ms, statuses {dict(st)}",
+               f"- table answers while {live_clients} clients force live work: {len(tl)} answers, p50 "
+               f"{_pct(tl, 0.5):.2f} ms, p99 {_pct(tl, 0.99):.2f} ms, max {_pct(tl, 1.0):.2f} ms, statuses {dict(ts)}",
+               f"- live clients: statuses {dict(ls)}, p50 {_pct(ll, 0.5):.1f} ms",
+               f"- server RSS (process and workers) after the phases: {peak:.0f} MiB"]
+        if args.soak:
+            out += _soak(port, server.pid, args.soak, clients, live_clients)
+        return out
+    finally:
+        server.terminate()
+        server.wait(30)
+        if drain is not None:
+            drain.wait(30)
+        log.close()
+
+
+PARTS: dict[str, common.Part] = {"cli": cli, "open": opening, "slack": slack, "inverse": inverse, "lower": lower,
+                                 "trust": trust, "serve": serve}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = common.parser("lookup", __doc__, PARTS)
+    p.add_argument("--table", default=str(common.ROOT / "data" / "default.zarr"))
+    p.add_argument("--runs", type=int, default=15, help="cli: runs of each command; trust: a third as many")
+    p.add_argument("--queries", type=int, default=300, help="slack: random queries")
+    p.add_argument("--inverse", type=int, default=40, help="inverse: random queries against the engine")
+    p.add_argument("--lower", type=int, default=40, help="lower: random queries")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-slack", type=float, default=0.02, help="slack, lower: the default route's max_slack")
+    p.add_argument("--seconds", type=float, default=10, help="serve: seconds per phase")
+    p.add_argument("--clients", type=int, default=16, help="serve: keep-alive table connections")
+    p.add_argument("--live-clients", type=int, default=8, help="serve: connections forcing live work")
+    p.add_argument("--http", default="h11", help="serve: uvicorn's HTTP implementation (h11, httptools)")
+    p.add_argument("--soak", type=float, default=0, help="serve: seconds of the soak phase (0: none)")
+    common.run("lookup", PARTS, p.parse_args(argv), argv)
 
 
 if __name__ == "__main__":

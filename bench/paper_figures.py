@@ -1,8 +1,5 @@
-"""Set-ups of the papers' numerical figures, recomputed with our certified engine (live).
-
-Run as ``python bench/paper_figures.py [--points P] [--out docs/figures] [--only NAME]
-[--rows 10-RR ...] [--n-range N_MIN N_MAX]``;
-writes one PNG per figure and prints the command's Markdown summary (docs/paper-figures.md).
+"""Set-ups of the papers' numerical figures, recomputed with our certified engine (live): the ``papers``
+part of the docs section (``python -m bench docs --only papers``; docs/paper-figures.md).
 
 * clones-2a / clones-2b (Feldman-McMillan-Talwar (arXiv:2012.12803) Figure 2a, 2b): generic eps0-LDP randomizer,
   eps0 = 0.1 and 6, delta = 1e-6, n from 1e5 to 1e7: our certified generic bound ("Clones"
@@ -21,7 +18,6 @@ writes one PNG per figure and prints the command's Markdown summary (docs/paper-
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +25,6 @@ import numpy as np
 from tablegen.engine import eps_bounds
 from tablegen.mechanisms.generic import closed_form_eps
 
-ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-6
 
 
@@ -165,29 +160,16 @@ def parallel_figures(points: int, out_dir: Path, n_range: tuple[float, float]) -
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=9)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "figures"))
-    parser.add_argument("--only", choices=["clones", "fft", "parallel"], default=None)
-    parser.add_argument("--rows", nargs="+", choices=list(FFT_ROWS), default=list(FFT_ROWS),
-                        help="fft: the randomizers to plot")
-    parser.add_argument("--n-range", nargs=2, type=float, default=(1e4, 1e7), metavar=("N_MIN", "N_MAX"),
-                        help="fft and parallel: the range of n")
-    args = parser.parse_args()
-    out = Path(args.out)
+def make(out: Path, figures: list[str], points: int, rows: list[str], n_range: tuple[float, float]) -> list[str]:
+    """Write the PNGs of ``figures`` (of clones, fft, parallel) into ``out``; their Markdown summary."""
     out.mkdir(parents=True, exist_ok=True)
     lines = ["| figure | setting | values | ours <= the looser bound |", "|---|---|---|---|"]
-    if args.only in (None, "clones"):
-        lines += clones_vs_n(0.1, args.points, out / "clones_2a.png")
-        lines += clones_vs_n(6.0, args.points, out / "clones_2b.png")
-        lines += clones_vs_eps0(args.points, out / "clones_2c.png")
-    if args.only in (None, "fft"):
-        lines += fft_figures(args.points, out, args.rows, tuple(args.n_range))
-    if args.only in (None, "parallel"):
-        lines += parallel_figures(args.points, out, tuple(args.n_range))
-    print("\n".join(lines))
-
-
-if __name__ == "__main__":
-    main()
+    if "clones" in figures:
+        lines += clones_vs_n(0.1, points, out / "clones_2a.png")
+        lines += clones_vs_n(6.0, points, out / "clones_2b.png")
+        lines += clones_vs_eps0(points, out / "clones_2c.png")
+    if "fft" in figures:
+        lines += fft_figures(points, out, rows, n_range)
+    if "parallel" in figures:
+        lines += parallel_figures(points, out, n_range)
+    return lines

@@ -48,12 +48,16 @@ class Answer:
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-        max_slack: float | None = MAX_SLACK, rounds: Any = None, **params: Any) -> Answer:
+        max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
-    ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``)."""
+    ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``), each
+    user taking part in each round with probability ``sample_rate`` (live; docs/composition.md)."""
     max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    if sample_rate is not None and rounds is None:
+        raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
     if rounds is not None:
-        return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds)
+        return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds,
+                         sample_rate=sample_rate)
     if table is None:
         table = default_table()
     if isinstance(table, Table) and all(type(v) in (float, int) for v in (eps0, n, delta)):
@@ -95,8 +99,10 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **
 
     if any(np.ndim(v) for v in args.values()):
         raise ValueError("rounds takes scalar eps0, n, delta and rounds (one query at a time)")
-    q = _Queries(mechanism, params, table, **{k: v for k, v in args.items() if k != "rounds"})
-    a = composed.eps(mechanism, q.table, q.params, {**q.point(0), "rounds": args["rounds"]}, live)
+    rate = args.pop("sample_rate")
+    composition = {"rounds": args.pop("rounds"), **({} if rate is None else {"sample_rate": rate})}
+    q = _Queries(mechanism, params, table, **args)
+    a = composed.eps(mechanism, q.table, q.params, {**q.point(0), **composition}, live)
     return Answer(a["value"], math.nan, a["source"], a["corner"], math.nan, False)
 
 

@@ -54,11 +54,13 @@ def main() -> None:
 @click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs shuffle-eps[compose])")
+@click.option("--sample-rate", type=str, default=None,
+              help="with --rounds: probability in (0, 1] that each user takes part in a round (live; default 1)")
 def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
-        delta: str, rounds: str | None, **raw: Any) -> None:
+        delta: str, rounds: str | None, sample_rate: str | None, **raw: Any) -> None:
     """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given."""
-    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "rounds": rounds}, table, no_live, max_slack,
-           as_json, raw)
+    _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "rounds": rounds, "sample-rate": sample_rate},
+           table, no_live, max_slack, as_json, raw)
 
 
 @main.command()
@@ -92,8 +94,9 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
         arguments = query_arguments(numbers, raw)
         answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
-        rounds = arguments.get("rounds")
-        return json_ready(kind, answer, int(rounds) if rounds is not None else None)
+        rounds, rate = arguments.get("rounds"), arguments.get("sample_rate")
+        out = json_ready(kind, answer, int(rounds) if rounds is not None else None)
+        return out if rate is None else {**out, "sample_rate": rate}
 
     _answer(run, as_json)
 

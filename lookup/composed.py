@@ -11,7 +11,8 @@ The table's curve stops at its largest delta (1e-3 for the default table), so be
 profile is only bounded by the chord to (e^eps = 0, delta = 1): certified, but looser than live
 (docs/composition.md measures by how much).  Unless eps0 is within twice the curve's largest eps,
 the profile is cut there: the table's smallest delta becomes infinity mass.  Live otherwise, or
-when the table's composed eps is infinite (that infinity mass, times T, exceeds delta).
+when the table's composed eps is infinite (that infinity mass, times T, exceeds delta), and
+always for subsampled rounds (``sample_rate`` below 1: the tables hold rounds of every user).
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ CELLS = 400  # lattice cells from 0 to the table curve's largest eps (each point
 
 
 def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, float], live: bool) -> dict[str, Any]:
-    """(value, source, corner) of the composed eps of ``point`` (eps0, n, delta, rounds)."""
+    """(value, source, corner) of the composed eps of ``point`` (eps0, n, delta, rounds and
+    optionally sample_rate)."""
+    from tablegen import validate
     from tablegen.compose import checked_rounds
 
+    rate = validate.rate("sample_rate", point.get("sample_rate", 1.0))
     point = {**point, "rounds": checked_rounds(point["rounds"])}
+    point.pop("sample_rate", None)
+    if rate < 1:  # a subsampled round: live only, its rate part of the point (and of the cache key)
+        point["sample_rate"] = rate
     row = table.row(mechanism, params)
-    if row is not None and "delta0" not in params:
+    if row is not None and "delta0" not in params and rate == 1:
         c = rules.corner(table, np.array([point["eps0"]]), np.array([point["n"]]), row)
         if not c.outside[0]:
             value = _from_table(table, row, int(c.eps0_up[0]), int(c.n_down[0]), point)

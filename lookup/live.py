@@ -103,12 +103,13 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any]) ->
 
 
 def composed_eps(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
-    """Certified eps of ``point["rounds"]`` identical rounds from ``tablegen.compose.eps``."""
+    """Certified eps of ``point["rounds"]`` identical rounds from ``tablegen.compose.eps`` (each user
+    taking part with probability ``point["sample_rate"]``, 1 when absent)."""
     def compute() -> list[float]:
         from tablegen import compose
 
         return [compose.eps(mechanism, eps0=point["eps0"], n=int(point["n"]), rounds=int(point["rounds"]),
-                            delta=point["delta"], **params).eps]
+                            delta=point["delta"], sample_rate=point.get("sample_rate", 1.0), **params).eps]
 
     return _cached("composed_eps", mechanism, point, params, compute)[0]
 

@@ -1,10 +1,11 @@
-"""The table build: one task per (mechanism, eps0, n) curve on a dask.distributed cluster.
+"""The table build: one task per (mechanism, eps0) slice on a dask.distributed cluster.
 
-``build(spec, out)`` fills the staging store (``store.py``) with every curve not finished yet,
+``build(spec, out)`` fills the staging store (``store.py``) with every slice not finished yet,
 then assembles the xarray Dataset, publishes it atomically at ``out`` and removes the staging
 store.  Killed at any moment, the same call finishes the table with identical values,
-recomputing only the curves that had no marker.  Each curve is ``engine.curve.eps_curve`` at
-the spec's settings, so a cell equals the engine called directly.
+recomputing only the slices that had no marker.  A slice is every n and delta of one
+(mechanism, eps0): ``engine.dense.eps_slice`` at the spec's resolution, and ``lower_slice``
+below it on the n the spec wants lower bounds for, so a cell equals the engine called directly.
 """
 
 from __future__ import annotations
@@ -41,25 +42,23 @@ REFERENCES = (
 
 @dataclass(frozen=True)
 class Task:
-    """What a worker needs for some curves of one (mechanism, eps0): one curve (method
-    "curve") or every unfinished n of the slice (method "slice").  Plain data, cheap to ship."""
+    """What a worker needs for one (mechanism, eps0) slice: every n of the axis.  Plain data,
+    cheap to ship."""
 
     staging: str
-    cells: tuple[tuple[int, int, int], ...]
+    slice: tuple[int, int]  # (row, eps0) indices
     family: str
     params: dict[str, Any]
     eps0: float
     ns: tuple[int, ...]
     deltas: list[float]
-    lower: tuple[bool, ...]
+    lower: tuple[bool, ...]  # per n: lower bounds wanted
     resolution: float
     lower_resolution: float
-    method: str = "curve"
-    lower_method: str = "curve"
 
 
 class BuildInterrupted(Exception):
-    """A build stopped by SIGINT or SIGTERM; its finished curves stay in the staging store."""
+    """A build stopped by SIGINT or SIGTERM; its finished slices stay in the staging store."""
 
     def __init__(self, signum: int, message: str = "") -> None:
         super().__init__(message or f"stopped by {signal.Signals(signum).name}")
@@ -88,66 +87,43 @@ class Report:
     seconds: float
 
 
-def task(spec: Spec, staging: Path, cells: list[tuple[int, int, int]]) -> Task:
-    """The task computing ``cells`` (all of one row and eps0)."""
-    r, e, _ = cells[0]
+def task(spec: Spec, staging: Path, r: int, e: int) -> Task:
+    """The task computing slice (row ``r``, eps0 ``e``)."""
     s = spec.settings
-    return Task(str(staging), tuple(cells), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
-                tuple(int(spec.n[c[2]]) for c in cells), spec.delta.tolist(),
-                tuple(spec.wants_lower(e, c[2]) for c in cells), s["resolution"], s["lower_resolution"],
-                spec.method, spec.lower_method)
+    return Task(str(staging), (r, e), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
+                tuple(int(n) for n in spec.n), spec.delta.tolist(),
+                tuple(spec.wants_lower(e, j) for j in range(spec.n.size)), s["resolution"], s["lower_resolution"])
 
 
-def tasks(spec: Spec, staging: Path, done: set[tuple[int, int, int]]) -> Iterator[Task]:
-    """Tasks for every curve not in ``done``, lazily (a cluster spec has millions of curves)."""
-    if spec.method == "curve":
-        return (task(spec, staging, [cell]) for cell in spec.curves() if cell not in done)
-    slices = itertools.product(range(spec.shape[0]), range(spec.shape[1]))
-    groups = ([(r, e, j) for j in range(spec.shape[2]) if (r, e, j) not in done] for r, e in slices)
-    return (task(spec, staging, cells) for cells in groups if cells)
+def todo(spec: Spec, done: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (row, eps0) slices not in ``done``, row by row."""
+    return [(r, e) for r in range(spec.shape[0]) for e in range(spec.shape[1]) if (r, e) not in done]
 
 
-def task_count(spec: Spec, done: set[tuple[int, int, int]]) -> int:
-    if spec.method == "curve":
-        return spec.curve_count - len(done)
-    full = {(r, e) for r, e, _ in done if all((r, e, j) in done for j in range(spec.shape[2]))}
-    return spec.shape[0] * spec.shape[1] - len(full)
-
-
-def curve_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
-    """Certified eps and lower bounds (NaN where not wanted), shape (len(ns), len(deltas))."""
-    from tablegen.engine.curve import eps_curve, lower_curve
+def slice_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """Certified eps and lower bounds (NaN where not wanted), shape (len(ns), len(deltas)): the
+    slice engine's upper bounds, and its lower bounds below them on the wanted n."""
     from tablegen.engine.dense import eps_slice, lower_slice
 
-    if task.method == "curve":
-        curves = [eps_curve(task.family, eps0=task.eps0, n=n, deltas=task.deltas, lower=lower,
-                            resolution=task.resolution, lower_resolution=task.lower_resolution, **task.params)
-                  for n, lower in zip(task.ns, task.lower, strict=True)]
-        return np.array([c.upper for c in curves]), np.array([c.lower for c in curves])
     upper = eps_slice(task.family, eps0=task.eps0, ns=task.ns, deltas=task.deltas, resolution=task.resolution,
                       **task.params)
     lower = np.full_like(upper, np.nan)
     wanted = np.flatnonzero(task.lower)
-    if task.lower_method == "slice" and wanted.size:
+    if wanted.size:
         lower[wanted] = lower_slice(task.family, eps0=task.eps0, ns=[task.ns[i] for i in wanted], deltas=task.deltas,
                                     upper=upper[wanted], resolution=task.lower_resolution, **task.params)
-        return upper, lower
-    for i in wanted:
-        lower[i] = lower_curve(task.family, eps0=task.eps0, n=task.ns[i], deltas=task.deltas, upper=upper[i],
-                               lower_resolution=task.lower_resolution, **task.params)
     return upper, lower
 
 
 def run_task(task: Task) -> float:
-    """Compute a task's curves and write them; returns the compute seconds.  Runs on a worker,
+    """Compute a task's slice and write it; returns the compute seconds.  Runs on a worker,
     whose allocator it sets first (``allocator.py``: a dask worker otherwise spends a third of
     its time mapping and unmapping the engine's arrays)."""
     allocator.keep_freed_memory()
     start = time.perf_counter()
-    eps, eps_lower = curve_values(task)
+    eps, eps_lower = slice_values(task)
     seconds = time.perf_counter() - start
-    for cell, upper, lower in zip(task.cells, eps, eps_lower, strict=True):
-        store.write_curve(task.staging, cell, upper, lower)
+    store.write_slice(task.staging, task.slice, eps, eps_lower)
     return seconds
 
 
@@ -192,34 +168,38 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
     _import_build_extra(distributed=scheduler is not None or workers != 0, progress=progress)
     start = time.perf_counter()
     staging = store.open_staging(out, header(spec), spec.shape)
-    done = store.finished(staging)
-    log(f"{total} curves: {len(done)} already finished, {total - len(done)} to compute"
-        + (f" ({task_count(spec, done)} slices)" if spec.method == "slice" else ""))
+    done = store.finished(staging, spec.n.size)
+    left = todo(spec, done)
+    log(f"{spec.slice_count} slices ({total} curves): {len(done)} already finished, {len(left)} to compute")
     try:
         with _stopped_by_signals():
-            _execute(tasks(spec, staging, done), task_count(spec, done), scheduler, workers, progress,
-                     spec.digest()[:12], "curve" if spec.method == "curve" else "slice")
+            _execute((task(spec, staging, r, e) for r, e in left), len(left), scheduler, workers, progress,
+                     spec.digest()[:12])
     except BuildInterrupted as stop:
-        kept = len(store.finished(staging))
+        kept = len(store.finished(staging, spec.n.size))
         raise BuildInterrupted(stop.signum, f"build stopped by {signal.Signals(stop.signum).name}: {kept} of "
-                               f"{total} curves finished, kept in {staging}; the same command resumes") from None
-    if len(store.finished(staging)) != total:
-        raise store.StoreError(f"{staging}: some curves have no marker after the build; run it again")
+                               f"{spec.slice_count} slices finished, kept in {staging}; the same command "
+                               "resumes") from None
+    if len(store.finished(staging, spec.n.size)) != spec.slice_count:
+        raise store.StoreError(f"{staging}: some slices have no marker after the build; run it again")
     store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING,
                   sign_key=sign_key)
     store.remove_staging(staging)
-    report = Report(total - len(done), len(done), time.perf_counter() - start)
+    per_slice = spec.n.size
+    report = Report(per_slice * len(left), per_slice * len(done), time.perf_counter() - start)
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "
         f"(already finished) in {report.seconds:.1f} s")
     return report
 
 
-def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: int | None,
-             progress: bool, prefix: str = "", unit: str = "curve") -> None:
+def _execute(tasks: Iterator[Task], count: int, scheduler: str | None, workers: int | None, progress: bool,
+             prefix: str = "") -> None:
+    """Run ``count`` tasks, made lazily (a task carries its slice's axes: a cluster spec's would not
+    fit in memory at once)."""
     if count == 0:
         return
     if scheduler is None and workers == 0:
-        for _ in progress_bar((run_task(t) for t in todo), count, progress, unit):
+        for _ in progress_bar((run_task(t) for t in tasks), count, progress):
             pass
         return
     from distributed import Client, LocalCluster, as_completed
@@ -230,25 +210,25 @@ def _execute(todo: Iterator[Task], count: int, scheduler: str | None, workers: i
                                processes=True, dashboard_address=":0", silence_logs=40)
     try:
         with Client(scheduler or cluster) as client:
-            # a bounded window of tasks in flight (a cluster spec has millions of curves), resized
-            # as workers join; a task lost with its worker is rerun by the scheduler
+            # a bounded window of tasks in flight, resized as workers join; a task lost with its
+            # worker is rerun by the scheduler
             def window() -> int:
                 return IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
 
             def submit(t: Task) -> Any:
-                return client.submit(run_task, t, key=f"{unit}-{prefix}-{'-'.join(map(str, t.cells[0]))}", pure=False)
+                return client.submit(run_task, t, key=f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}", pure=False)
 
-            running = as_completed([submit(t) for t in itertools.islice(todo, window())])
-            for future in progress_bar(running, count, progress, unit):
+            running = as_completed([submit(t) for t in itertools.islice(tasks, window())])
+            for future in progress_bar(running, count, progress):
                 future.result()  # re-raises a task's error here
-                for t in itertools.islice(todo, max(window() - running.count(), 1)):
+                for t in itertools.islice(tasks, max(window() - running.count(), 1)):
                     running.add(submit(t))
     finally:
         if cluster is not None:
             cluster.close()
 
 
-def progress_bar(items: Iterable[Any], total: int, enabled: bool, unit: str = "curve") -> Iterable[Any]:
+def progress_bar(items: Iterable[Any], total: int, enabled: bool, unit: str = "slice") -> Iterable[Any]:
     """``items`` with a tqdm bar (rate and ETA) on stderr when ``enabled``."""
     if not enabled:
         return items
@@ -266,14 +246,14 @@ def dataset(spec: Spec, values: dict[str, np.ndarray], history: str) -> Any:
     """The published xarray Dataset: variables, coordinates and CF-style attributes."""
     import xarray as xr
 
-    from tablegen.engine import curve, dense
+    from tablegen.engine import dense
     from tablegen.engine.fourier import FOLD_TOLERANCE, FP_SAFETY
 
     dims = ("mechanism", "eps0", "n", "delta")
     certification = {
         "rule": "every eps is >= the exact eps of the analysis named by the mechanism (rounded up)",
-        "method": spec.method,
-        "eps_ladder_ratio": curve.LADDER if spec.method == "curve" else dense.LADDER,
+        "method": "slice",  # tablegen verify recomputes tables of this engine only
+        "eps_ladder_ratio": dense.LADDER,
         "resolution": spec.settings["resolution"],
         "lower_resolution": spec.settings["lower_resolution"],
         "lower_every": spec.settings["lower_every"],
@@ -334,23 +314,17 @@ def _import_build_extra(distributed: bool, progress: bool) -> None:
 
 def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: int = 0,
             log: Callable[[str], None] = print) -> dict[str, float]:
-    """Cells, curves still to compute, estimated core-hours (timed on ``sample`` curves spread
-    over the rows, eps0 and n; see ``sample_curves``) with a two-standard-error range, and store
-    size; nothing is written."""
-    total = spec.curve_count
-    done = store.finished(store.staging_path(out)) if out else set()
-    todo = total - len(done)
-    unit = "curve" if spec.method == "curve" else "slice"
-    if unit == "slice":
-        strata = _slice_strata(spec, done, sample, seed)
-    else:
-        strata = [(todo, [[cell] for cell in sample_curves(spec, sample, seed)])]
-    log(f"{spec.source}: {math.prod(spec.shape)} cells in {total} curves "
+    """Cells, slices still to compute, estimated core-hours (timed on ``sample`` slices, see
+    ``_strata``) with a two-standard-error range, and store size; nothing is written."""
+    done = store.finished(store.staging_path(out), spec.n.size) if out else set()
+    left = spec.slice_count - len(done)
+    strata = _strata(spec, done, sample, seed)
+    log(f"{spec.source}: {math.prod(spec.shape)} cells in {spec.slice_count} slices of {spec.n.size} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
-        f"{todo} to compute; timing {sum(len(picks) for _, picks in strata)} sampled {unit}s")
+        f"{left} to compute; timing {sum(len(picks) for _, picks in strata)} sampled slices")
     with tempfile.TemporaryDirectory() as scratch:  # tasks run as in a build, writes to a scratch staging store
         staging = store.open_staging(Path(scratch) / "dry-run.zarr", header(spec), spec.shape)
-        timed = [[_time_logged(spec, staging, cells, log) for cells in picks] for _, picks in strata]
+        timed = [[_time_logged(spec, staging, r, e, log) for r, e in picks] for _, picks in strata]
     seconds = [t for times in timed for t in times]
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
     # (a stratum timed once has no spread to go by: its standard error is taken as its mean)
@@ -358,19 +332,20 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     variance = sum(count**2 * (float(np.var(times, ddof=1)) / len(times) if len(times) > 1 else times[0] ** 2)
                    for (count, _), times in zip(strata, timed, strict=True) if times)
     tasks_left = max(sum(count for count, _ in strata), 1)
-    per_curve = seconds_left / tasks_left
+    per_slice = seconds_left / tasks_left
     error = math.sqrt(variance) / tasks_left
     core_hours = seconds_left / 3600
     raw_bytes = 2 * 8 * math.prod(spec.shape)
     figures = {
-        "cells": math.prod(spec.shape), "curves": total, "curves_to_compute": todo,
-        "sampled_curves": len(seconds), "seconds_per_curve": per_curve, "core_hours": core_hours,
-        "core_hours_low": max(per_curve - 2 * error, min(seconds, default=0.0)) * core_hours / max(per_curve, 1e-300),
-        "core_hours_high": (per_curve + 2 * error) * core_hours / max(per_curve, 1e-300), "unit": unit,
+        "cells": math.prod(spec.shape), "curves": spec.curve_count, "slices": spec.slice_count,
+        "slices_to_compute": left, "sampled_slices": len(seconds), "seconds_per_slice": per_slice,
+        "core_hours": core_hours,
+        "core_hours_low": max(per_slice - 2 * error, min(seconds, default=0.0)) * core_hours / max(per_slice, 1e-300),
+        "core_hours_high": (per_slice + 2 * error) * core_hours / max(per_slice, 1e-300),
         "seconds_min": min(seconds, default=0.0), "seconds_max": max(seconds, default=0.0),
         "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
     }
-    log(f"measured {per_curve:.2f} s per {unit} on {len(seconds)} {unit}s ({figures['seconds_min']:.2f} to "
+    log(f"measured {per_slice:.2f} s per slice on {len(seconds)} slices ({figures['seconds_min']:.2f} to "
         f"{figures['seconds_max']:.2f} s) -> {core_hours:.2f} core-hours (two standard errors: "
         f"{figures['core_hours_low']:.2f} to {figures['core_hours_high']:.2f}; a larger --sample narrows it), "
         f"{figures['wall_hours']:.2f} h on {cores} cores")
@@ -379,25 +354,24 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     return figures
 
 
-def _slice_strata(spec: Spec, done: set[tuple[int, int, int]], sample: int,
-                  seed: int) -> list[tuple[int, list[list[tuple[int, int, int]]]]]:
-    """(unfinished slices, sampled slices) for the slices without lower bounds and those with
-    (a few eps0 of the spec; a lower slice costs several upper ones, so a plain sample that
-    catches one or none of them misjudges the build): a quarter of the sample, at least one,
-    goes to the second, each drawn as a Latin hypercube over (row, eps0) of its stratum."""
-    cells = range(spec.shape[2])
-    has_lower = np.array([any(spec.wants_lower(e, j) for j in cells) for e in range(spec.shape[1])])
+def _strata(spec: Spec, done: set[tuple[int, int]], sample: int,
+            seed: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """(unfinished slices, sampled (row, eps0) slices) for the slices without lower bounds and
+    those with (a few eps0 of the spec; a lower slice costs several upper ones, so a plain sample
+    that catches one or none of them misjudges the build): where both are left, a quarter of the
+    sample, at least one, goes to the second; each is drawn as a Latin hypercube over (row, eps0)
+    of its stratum (the cost grows steeply with eps0 and differs between rows)."""
+    rows = spec.shape[0]
+    has_lower = np.array([any(spec.wants_lower(e, j) for j in range(spec.shape[2])) for e in range(spec.shape[1])])
+    groups = [np.flatnonzero(~has_lower), np.flatnonzero(has_lower)]
+    lefts = [[(r, int(e)) for r in range(rows) for e in columns if (r, int(e)) not in done] for columns in groups]
+    shares = (sample - max(1, sample // 4), max(1, sample // 4)) if all(lefts) else (sample, sample)
     rng = random.Random(seed)
     strata = []
-    for lower, share in ((False, sample - max(1, sample // 4)), (True, max(1, sample // 4))):
-        columns = np.flatnonzero(has_lower == lower)
-        left = [(r, int(e)) for r in range(spec.shape[0]) for e in columns
-                if not all((r, int(e), j) in done for j in cells)]
-        if not left:
-            continue
-        picks = _latin((spec.shape[0], columns.size), max(share, 1), rng)
-        chosen = dict.fromkeys((r, int(columns[i])) for r, i in picks)
-        strata.append((len(left), [[(r, e, j) for j in cells] for r, e in chosen]))
+    for columns, left, share in zip(groups, lefts, shares, strict=True):
+        if left:
+            picks = _latin((rows, columns.size), max(share, 1), rng)
+            strata.append((len(left), list(dict.fromkeys((r, int(columns[i])) for r, i in picks))))
     return strata
 
 
@@ -409,26 +383,11 @@ def _latin(sizes: tuple[int, ...], sample: int, rng: random.Random) -> list[tupl
             for i in range(sample)]
 
 
-def sample_curves(spec: Spec, sample: int, seed: int = 0) -> list[tuple[int, int, int]]:
-    """``sample`` (row, eps0, n) cells of a Latin hypercube over the three index axes: each axis
-    cut into ``sample`` equal strata, each stratum used once.  The cost of a curve grows steeply
-    with n and eps0 (seconds to minutes), so a uniform sample of a few curves misses or
-    over-weights the expensive corner; this one spreads them evenly and stays unbiased."""
-    return _latin(spec.shape[:3], sample, random.Random(seed))
-
-
-def _time_logged(spec: Spec, staging: Path, cells: list[tuple[int, int, int]], log: Callable[[str], None]) -> float:
-    """``_time_task`` of the task of ``cells``, logged as it finishes (a sampled slice of a fine
-    spec takes minutes: the dry run shows its progress)."""
-    seconds = _time_task(task(spec, staging, cells))
-    r, e, _ = cells[0]
-    log(f"  timed {spec.rows[r].label} eps0 {spec.eps0[e]:g} ({len(cells)} curves): {seconds:.2f} s")
-    return seconds
-
-
-def _time_task(task: Task) -> float:
-    """Wall seconds of a task as a worker runs it: its curves and their writes to the staging
-    store (a marker and two checksummed chunks per curve, about 1 s for a slice of 351 curves)."""
+def _time_logged(spec: Spec, staging: Path, r: int, e: int, log: Callable[[str], None]) -> float:
+    """Wall seconds of slice (``r``, ``e``) as a worker runs it (its engine calls and its write to
+    the staging store), logged as it finishes (a sampled slice of a fine spec takes minutes)."""
     start = time.perf_counter()
-    run_task(task)
-    return time.perf_counter() - start
+    run_task(task(spec, staging, r, e))
+    seconds = time.perf_counter() - start
+    log(f"  timed {spec.rows[r].label} eps0 {spec.eps0[e]:g} ({spec.n.size} curves): {seconds:.2f} s")
+    return seconds

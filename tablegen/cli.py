@@ -1,10 +1,11 @@
-"""``tablegen`` command line: live certified computations (compute, eps0-max, compose).
+"""``tablegen`` command line: live certified computations (compute, eps0-max, compose, rdp).
 
 Mirrors the library one-to-one: ``tablegen compute`` is ``engine.eps_bounds`` (with
 ``--delta``) or ``engine.delta_bounds`` (with ``--eps``); ``tablegen eps0-max`` is
 ``engine.eps0_max``; ``tablegen compose`` is ``compose.eps`` (``--rounds-max``:
 ``compose.rounds_max``, ``--eps0-max``: ``compose.eps0_max``), ``compose-sequence`` is
-``compose.eps_sequence``.  Bad input exits with status 2 and a one-line message, no traceback.
+``compose.eps_sequence``; ``tablegen rdp`` is ``engine.rdp_bounds``.  Bad input exits with status 2
+and a one-line message, no traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ AFTER_PARAMS = [
 ]
 
 
+SAMPLE_RATE = click.option("--sample-rate", type=str, default=None,
+                           help="probability in (0, 1] that each user takes part in a round (Poisson; default 1)")
+
+
+def _sample_rate(text: str | None) -> float:
+    """--sample-rate as a float in (0, 1] (1 when not given); ValueError naming --sample-rate."""
+    from tablegen import validate
+
+    return 1.0 if text is None else validate.rate("--sample-rate", _number("--sample-rate", text))
+
+
 def mechanism_options(func: Any) -> Any:
     """--mechanism, its parameters (lookup/params.py), --p, --n and --json."""
     for option in reversed(AFTER_PARAMS):
@@ -56,13 +68,18 @@ def main() -> None:
 @click.option("--delta", type=str, default=None, help="target delta in (0, 1): returns the certified eps")
 @click.option("--eps", type=str, default=None, help="target eps >= 0: returns the certified delta")
 @click.option("--no-lower", is_flag=True, help="skip the lower bound")
+@SAMPLE_RATE
 def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str | None, eps: str | None,
-            no_lower: bool, noise_p: str | None, **raw: Any) -> None:
+            no_lower: bool, noise_p: str | None, sample_rate: str | None, **raw: Any) -> None:
     """Certified eps for --delta (or certified delta for --eps), with the lower bound."""
     from tablegen.engine import delta_bounds, eps_bounds
     from tablegen.mechanisms import get_mechanism
+    from tablegen.mechanisms.subsample import subsampled
     from tablegen.protocols.accounting import PROTOCOLS
 
+    if sample_rate is not None and mechanism in ("generic-closed-form", *PROTOCOLS):
+        _fail(ValueError(f"mechanism {mechanism!r} takes no --sample-rate (subsampled rounds are certified for the "
+                         "eps0-LDP mechanisms)"))
     if mechanism in PROTOCOLS:
         if eps0 is not None:
             _fail(ValueError(f"mechanism {mechanism!r} takes no --eps0 (its privacy comes from --p, the Bernoulli "
@@ -79,18 +96,20 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
         if eps0 is None:
             raise ValueError(f"mechanism {mechanism!r} needs --eps0, the local privacy parameter (> 0)")
         params = parse_params(raw)
-        e0, users = _number("eps0", eps0), _number("n", n)
-        if mechanism == "generic-closed-form":
+        e0, users, q = _number("eps0", eps0), _number("n", n), _sample_rate(sample_rate)
+        target = subsampled(get_mechanism(mechanism), q) if mechanism != "generic-closed-form" else None
+        if target is None:
             result = _closed_form(e0, users, delta, params)
         elif delta is not None:
-            b = eps_bounds(mechanism, eps0=e0, n=users, delta=_number("delta", delta), lower=not no_lower, **params)
+            b = eps_bounds(target, eps0=e0, n=users, delta=_number("delta", delta), lower=not no_lower, **params)
             result = {"eps": b.upper, "eps_lower": b.lower, "certified": True, **b.detail}
         else:
-            b = delta_bounds(mechanism, eps0=e0, n=users, eps=_number("eps", eps), lower=not no_lower, **params)
+            b = delta_bounds(target, eps0=e0, n=users, eps=_number("eps", eps), lower=not no_lower, **params)
             result = {"delta": b.upper, "delta_lower": b.lower, "certified": True, **b.detail}
     except ValueError as exc:
         _fail(exc)
-    result.update(mechanism=mechanism, eps0=e0, n=int(users), **_plain(params))
+    result.update(mechanism=mechanism, eps0=e0, n=int(users), **_plain(params),
+                  **({"sample_rate": q} if sample_rate is not None else {}))
     emit(result, as_json)
 
 
@@ -228,12 +247,16 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
 @click.option("--rounds-max", is_flag=True, help="how many rounds fit in --eps (needs --eps0)")
 @click.option("--eps0-max", is_flag=True, help="largest eps0 per round for --rounds within --eps")
 @click.option("--compare", is_flag=True, help="also basic and advanced composition of the single-round eps")
+@SAMPLE_RATE
 def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rounds: str | None, delta: str,
                     eps: str | None, rounds_max: bool, eps0_max: bool, compare: bool, noise_p: str | None,
-                    **raw: Any) -> None:
-    """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse."""
+                    sample_rate: str | None, **raw: Any) -> None:
+    """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse;
+    with --sample-rate q each user takes part in each round with probability q (docs/composition.md)."""
     try:
         args = _compose_arguments(mechanism, n, eps0, rounds, delta, eps, rounds_max, eps0_max, noise_p, raw)
+        if sample_rate is not None:
+            args["sample_rate"] = _sample_rate(sample_rate)
         result = _composed(mechanism, args, rounds_max, eps0_max, compare)
     except ImportError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -278,8 +301,18 @@ def _composed(mechanism: str, args: dict[str, Any], rounds_max: bool, eps0_max: 
     if eps0_max:
         return {"eps0": compose.eps0_max(mechanism, **args)}
     out: dict[str, Any] = {"eps": compose.eps(mechanism, **args).eps}
+    q = args.get("sample_rate", 1.0)
+    single = {k: v for k, v in args.items() if k != "sample_rate"}
     if compare:
-        out.update(basic=baselines.basic_eps(mechanism, **args), advanced=baselines.advanced_eps(mechanism, **args))
+        from tablegen.mechanisms import get_mechanism
+        from tablegen.mechanisms.subsample import subsampled
+
+        target = subsampled(get_mechanism(mechanism), q)
+        out.update(basic=baselines.basic_eps(target, **single), advanced=baselines.advanced_eps(target, **single))
+    if q < 1:
+        out["baseline"] = {"eps": baselines.subsampling_lemma_eps(mechanism, **args), "certified": False,
+                           "analysis": "subsampling lemma on a round of floor(q n) users, optimal composition "
+                                       "(not certified by us: docs/composition.md)"}
     return out
 
 
@@ -321,10 +354,56 @@ def _rounds_from_json(text: str) -> list[Any]:
     out = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"mechanism", "eps0", "n"} <= set(entry):
-            raise ValueError(f"rounds[{i}] needs mechanism, eps0 and n (times optional), got {entry!r}")
-        params = {k: v for k, v in entry.items() if k not in ("mechanism", "eps0", "n", "times")}
-        out.append(Round(str(entry["mechanism"]), entry["eps0"], entry["n"], params, entry.get("times", 1)))
+            raise ValueError(f"rounds[{i}] needs mechanism, eps0 and n (times and sample_rate optional), got {entry!r}")
+        params = {k: v for k, v in entry.items() if k not in ("mechanism", "eps0", "n", "times", "sample_rate")}
+        out.append(Round(str(entry["mechanism"]), entry["eps0"], entry["n"], params, entry.get("times", 1),
+                         entry.get("sample_rate", 1.0)))
     return out
+
+
+@main.command("rdp")
+@mechanism_options
+@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--orders", type=str, default=None, help="Rényi orders > 1, comma-separated (default: dp-accounting's)")
+@click.option("--rounds", type=str, default="1", help="number of identical rounds T (RDP adds up)")
+@click.option("--delta", type=str, default=None, help="also eps at this delta through dp-accounting's RDP conversion")
+@click.option("--no-lower", is_flag=True, help="skip the lower bound")
+def rdp_command(mechanism: str, n: str, as_json: bool, eps0: str, orders: str | None, rounds: str, delta: str | None,
+                no_lower: bool, noise_p: str | None, **raw: Any) -> None:
+    """Certified Rényi DP of T shuffled rounds at each order (docs/renyi.md), with the lower bound."""
+    from tablegen.engine import rdp_bounds
+
+    try:
+        if noise_p is not None:
+            raise ValueError(f"rdp takes no --p (protocol {mechanism!r} has no Rényi reduction here)")
+        alphas = None if orders is None else [_number("orders", x) for x in orders.split(",")]
+        r = rdp_bounds(mechanism, eps0=_number("eps0", eps0), n=_number("n", n), orders=alphas,
+                       rounds=_number("rounds", rounds), lower=not no_lower, **parse_params(raw))
+        result = {"orders": list(r.orders), "rdp": list(r.rdp), "rdp_lower": None if r.rdp_lower is None else
+                  list(r.rdp_lower), "rounds": r.rounds, "certified": True, "mechanism": mechanism,
+                  "eps0": float(eps0), "n": int(float(n)), **_plain(parse_params(raw)), **r.detail}
+        if delta is not None:
+            result.update(_eps_via_rdp(r.orders, r.rdp, _number("delta", delta)))
+    except ValueError as exc:
+        _fail(exc)
+    emit(result, as_json)
+
+
+def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
+    """eps at ``delta`` from the RDP curve by dp-accounting's conversion (Canonne-Kamath-Steinke 2020,
+    Proposition 12, minimised over the orders), or which extra it needs."""
+    from tablegen import validate
+
+    delta = validate.open_unit("delta", delta)
+    try:
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+    except ImportError:
+        return {"delta": delta, "eps_via_rdp": None,
+                "eps_via_rdp_note": 'needs the dp-accounting package: pip install "shuffle-eps[compose]"'}
+    eps, order = compute_epsilon(list(orders), list(rdp), delta)
+    return {"delta": delta, "eps_via_rdp": float(eps), "eps_via_rdp_order": float(order),
+            "eps_via_rdp_note": "dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon of the certified RDP "
+                                "(conversion in dp-accounting's floating point)"}
 
 
 @main.command()
@@ -336,7 +415,7 @@ def _rounds_from_json(text: str) -> list[Any]:
 @click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--dry-run", is_flag=True, help="print cells, estimated core-hours and store size; write nothing")
-@click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: curves to time")
+@click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: slices to time")
 @click.option("--cores", type=int, default=100, show_default=True, help="--dry-run: cores to size the wall time for")
 @click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
 @click.option("--sign-key", default=None, help="Ed25519 private key (PEM) to sign the published table with")
@@ -385,10 +464,11 @@ def sign(path: str, key_file: str) -> None:
 
 @main.command()
 @click.argument("store_path", metavar="STORE")
-@click.option("--sample", type=int, default=0, show_default=True, help="random curves to recompute live")
+@click.option("--sample", type=int, default=0, show_default=True,
+              help="random (mechanism, eps0) slices to recompute live")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed for the sample")
 def verify(store_path: str, sample: int, seed: int) -> None:
-    """Check a table's SHA-256 manifest, chunk checksums and invariants; recompute --sample curves."""
+    """Check a table's SHA-256 manifest, chunk checksums and invariants; recompute --sample slices."""
     from tablegen.verify import verify as check
 
     if sample < 0:
@@ -398,7 +478,7 @@ def verify(store_path: str, sample: int, seed: int) -> None:
         click.echo(f"FAIL {problem}", err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} curves recomputed and equal")
+    click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} slices recomputed and equal")
 
 
 @main.command("build-calibration")

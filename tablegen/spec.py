@@ -11,17 +11,18 @@ table row per combination), the eps0, n and delta axes and the engine settings::
     # or segments, geometric and linear ({start, stop, step}), joined in order:
     # eps0 = [{start = 0.05, stop = 1, per_decade = 20}, {start = 1.1, stop = 8, step = 0.1}]
     [settings]                                       # all optional
-    resolution = 8            # lattice cells per sd of G, upper bound
-    lower_resolution = 15     # the same for the lower bound
-    lower_every = [1, 1]      # lower bound on every i-th eps0 and j-th n (NaN elsewhere)
+    resolution = 8            # lattice cells per sd of G, upper bound (default 10)
+    lower_resolution = 15     # the same for the lower bound (spectral lower path; default 30)
+    lower_every = [1, 1]      # lower bounds on every i-th eps0 and j-th n (default: none; NaN elsewhere)
     lower_n_max = 1e6         # ... and only up to this n (default: no limit; costs most at large n)
-    method = "slice"          # upper bounds: every n of a (mechanism, eps0) at once (default "curve")
-    lower_method = "slice"    # lower bounds too (spectral lower path; needs method = "slice")
     [[mechanism]]
     family = "krr"
     k = [2, 3, 4]
 
-Every error names the file, the key and the reason (``SpecError``).
+Every table is built by slices (one task per (mechanism, eps0), every n at once,
+``engine/dense.py``): the settings ``method`` and ``lower_method`` that chose between slices and
+the removed per-curve path are refused with a message saying so.  Every error names the file, the
+key and the reason (``SpecError``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import itertools
 import json
 import math
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from pathlib import Path
@@ -39,14 +39,19 @@ from typing import Any
 
 import numpy as np
 
-from tablegen.engine.accountant import LOWER_RESOLUTION, RESOLUTION
+from tablegen.engine.lower import RESOLUTION as LOWER_RESOLUTION
 from tablegen.mechanisms import get_mechanism
 
 AXES = ("eps0", "n", "delta")
-# how the upper bounds are computed: "curve" = one FFT-path search per (mechanism, eps0, n)
-# (engine/curve.py); "slice" = every n of a (mechanism, eps0) at once on the spectral path
-# (engine/dense.py), one task per slice
-METHODS = ("curve", "slice")
+# the engine that builds every table, recorded in the canonical text (and so in the digest): the
+# slice engine, upper and lower bounds (engine/dense.py).  Specs once chose it with these settings
+# (the default was a per-curve path, since removed); tables built by slices recorded them, so the
+# spec that no longer names them keeps their digest, and a table of the per-curve path is rebuilt
+BUILT_BY = {"method": "slice", "lower_method": "slice"}
+# default cells per sd of G of a table's upper bounds: the shipped tables' (certified at any value;
+# a k-RR slice at 10 is within +0.04% of one at 20 on median, docs/engine.md "Slices", and about
+# 15% faster); the lower bounds' default is the spectral lower path's own (lower.RESOLUTION)
+RESOLUTION = 10.0
 MAX_PER_DECADE = 1000
 MAX_POINTS = 100_000
 _EXACT = Context(prec=40)  # decimal digits for axis values: far past float's 17, so one rounding decides
@@ -83,14 +88,15 @@ class Spec:
     axes_written: dict[str, Any] = field(default_factory=dict)  # the [axes] table as written (parsed TOML)
 
     def canonical(self) -> dict[str, Any]:
-        """JSON-ready content with the expanded axes (recorded in a table's ``spec`` attribute)."""
+        """JSON-ready content with the expanded axes (recorded in a table's ``spec`` attribute);
+        the settings name the engine that builds the table (``BUILT_BY``)."""
         return {
             "title": self.title,
             "mechanisms": [{"family": r.family, **r.params} for r in self.rows],
             "eps0": self.eps0.tolist(),
             "n": self.n.tolist(),
             "delta": self.delta.tolist(),
-            "settings": self.settings,
+            "settings": {**self.settings, **BUILT_BY},
         }
 
     def digest(self) -> str:
@@ -108,31 +114,23 @@ class Spec:
 
     @property
     def curve_count(self) -> int:
+        """(row, eps0, n) curves: cells of every delta."""
         return math.prod(self.shape[:3])
 
-    def curve(self, index: int) -> tuple[int, int, int]:
-        """The (row, eps0, n) indices of curve number ``index`` (row-major)."""
-        r, e, n = np.unravel_index(index, self.shape[:3])
-        return int(r), int(e), int(n)
-
-    def curves(self) -> Iterator[tuple[int, int, int]]:
-        """(row, eps0, n) indices, one task each, lazily (a cluster spec has millions)."""
-        return itertools.product(*(range(s) for s in self.shape[:3]))
-
     @property
-    def method(self) -> str:
-        return self.settings.get("method", "curve")
-
-    @property
-    def lower_method(self) -> str:
-        return self.settings.get("lower_method", "curve")
+    def slice_count(self) -> int:
+        """(row, eps0) slices: one build task each."""
+        return math.prod(self.shape[:2])
 
     def wants_lower(self, i_eps0: int, i_n: int) -> bool:
         return wants_lower(self.settings, i_eps0, i_n, float(self.n[i_n]))
 
 
 def wants_lower(settings: dict[str, Any], i_eps0: int, i_n: int, n: float) -> bool:
-    """Whether the curve at (eps0 index, n index, n) gets lower bounds under ``settings``."""
+    """Whether the curve at (eps0 index, n index, n) gets lower bounds under ``settings``
+    (none where ``lower_every`` is not set)."""
+    if settings.get("lower_every") is None:
+        return False
     every_eps0, every_n = settings["lower_every"]
     n_max = settings.get("lower_n_max")
     return i_eps0 % every_eps0 == 0 and i_n % every_n == 0 and (n_max is None or n <= n_max)
@@ -249,8 +247,12 @@ def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:
 def _settings(raw: Any, fail: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise fail("settings", "must be a table")
-    allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": [1, 1],
-               "lower_n_max": None, "method": "curve", "lower_method": "curve"}
+    for name in BUILT_BY:
+        if name in raw:
+            raise fail(f"settings.{name}", "no longer needed: every table is built by slices (one task per "
+                       "(mechanism, eps0), every n at once; upper and lower bounds); remove the setting")
+    allowed = {"resolution": RESOLUTION, "lower_resolution": LOWER_RESOLUTION, "lower_every": None,
+               "lower_n_max": None}
     unknown = set(raw) - set(allowed)
     if unknown:
         raise fail(f"settings.{sorted(unknown)[0]}", f"unknown setting (allowed: {', '.join(allowed)})")
@@ -265,18 +267,8 @@ def _settings(raw: Any, fail: Any) -> dict[str, Any]:
         if isinstance(n_max, bool) or not isinstance(n_max, (int, float)) or not n_max >= 1:
             raise fail("settings.lower_n_max", f"must be a number >= 1, got {n_max!r}")
         settings["lower_n_max"] = float(n_max)
-    if settings["method"] not in METHODS:
-        raise fail("settings.method", f"must be one of {', '.join(METHODS)}, got {settings['method']!r}")
-    if settings["lower_method"] not in METHODS:
-        raise fail("settings.lower_method",
-                   f"must be one of {', '.join(METHODS)}, got {settings['lower_method']!r}")
-    if settings["lower_method"] == "slice" and settings["method"] != "slice":
-        raise fail("settings.lower_method", "'slice' needs method = \"slice\" (lower bounds below each slice's values)")
-    for name in ("method", "lower_method"):
-        if settings[name] == "curve":
-            del settings[name]  # the default: absent, so specs written before it keep their digest
     every = settings["lower_every"]
-    if not (isinstance(every, list) and len(every) == 2
+    if every is not None and not (isinstance(every, list) and len(every) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in every)):
         raise fail("settings.lower_every", f"must be two integers >= 1 (eps0, n strides), got {every!r}")
     return settings

@@ -5,10 +5,13 @@ Staging (``OUT.staging/``, next to the output so renames stay on one file system
 * ``spec.json``: the canonical spec, its SHA-256 and the engine version; a staging store is
   only resumed by the same spec and engine;
 * ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
-  curve with a crc32c checksum, written by the workers (region writes of whole chunks);
-* ``done/R_E/N``: an empty marker written after both chunks of a curve.  A curve counts as
-  finished only through its marker, so a kill at any moment loses at most the curves being
-  written, and a torn chunk is simply recomputed.
+  (mechanism, eps0) slice with a crc32c checksum, each written whole, once, by the worker that
+  computed the slice;
+* ``done/R_E/all``: an empty marker written after both chunks of slice (R, E).  A slice counts as
+  finished only through its marker, so a kill at any moment loses at most the slices being
+  written, and a torn chunk is simply recomputed.  (Staging stores begun before slices were the
+  unit have a chunk and a marker ``done/R_E/N`` per curve: a slice whose every curve has one is
+  finished, any other is recomputed whole.)
 
 Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
 certification settings), chunked per mechanism row, crc32c on every chunk, metadata
@@ -57,7 +60,7 @@ VARIABLES = ("eps", "eps_lower")
 CERTIFIED_ROUNDING = {"eps": True, "eps_lower": False}  # variable -> rounded up (True) or down
 # 12 of float32's 23 mantissa bits: a certified eps moves up by less than 2^-12 = 0.024% of itself
 # (a tenth of the engine's 0.2% ladder step), and the store is half the size of plain float32
-# (bench/store_bench.py, docs/tables.md)
+# (python -m bench table --only store, docs/tables.md)
 MANTISSA_BITS = 12
 FLOAT32_BITS = 23
 N_INNERMOST = (0, 3, 1, 2)  # chunk (mechanism, eps0, n, delta) encoded as (mechanism, delta, eps0, n)
@@ -124,38 +127,39 @@ def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]
 
         (staging / "done").mkdir(exist_ok=True)
         group = zarr.open_group(staging / CELLS, mode="w", zarr_format=3)
-        for name in VARIABLES:
-            group.create_array(name, shape=shape, chunks=(1, 1, 1, shape[3]), dtype="f8",
+        for name in VARIABLES:  # a chunk per slice: two files per task (a file per curve cost seconds a slice)
+            group.create_array(name, shape=shape, chunks=(1, 1, *shape[2:]), dtype="f8",
                                fill_value=np.nan, serializer=BytesCodec(), compressors=[Crc32cCodec()])
 
     return claim_staging(out, header, setup)
 
 
-def finished(staging: Path) -> set[tuple[int, int, int]]:
-    """The curves whose marker exists."""
+def finished(staging: Path, n_count: int) -> set[tuple[int, int]]:
+    """The (row, eps0) slices whose marker exists (or, in a staging store begun with a marker per
+    curve, whose ``n_count`` curves all have one)."""
     done = staging / "done"
     if not done.is_dir():
         return set()
-    cells = set()
+    slices = set()
     for row_eps0 in os.listdir(done):
         parts = row_eps0.split("_")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
             continue  # a stray file (.nfs*, editor droppings): not a marker
-        r, e = int(parts[0]), int(parts[1])
-        cells.update((r, e, int(n)) for n in os.listdir(done / row_eps0) if n.isdigit())
-    return cells
+        markers = os.listdir(done / row_eps0)
+        if "all" in markers or sum(n.isdigit() for n in markers) == n_count:
+            slices.add((int(parts[0]), int(parts[1])))
+    return slices
 
 
-def write_curve(staging: str | Path, cell: tuple[int, int, int], eps: np.ndarray, eps_lower: np.ndarray) -> None:
-    """Region-write one curve (both chunks), then its marker."""
+def write_slice(staging: str | Path, cell: tuple[int, int], eps: np.ndarray, eps_lower: np.ndarray) -> None:
+    """Write slice ``cell`` = (row, eps0) whole (both arrays, every n and delta), then its marker."""
     import zarr
 
     staging = Path(staging)
-    r, e, n = cell
+    r, e = cell
     for name, values in zip(VARIABLES, (eps, eps_lower), strict=True):
-        array = zarr.open_array(staging / CELLS / name, mode="r+")
-        array[r, e, n, :] = values
-    marker = staging / "done" / f"{r}_{e}" / str(n)
+        zarr.open_array(staging / CELLS / name, mode="r+")[r, e] = values
+    marker = staging / "done" / f"{r}_{e}" / "all"
     marker.parent.mkdir(exist_ok=True)
     marker.touch()
 
@@ -171,8 +175,8 @@ def read_staging(staging: Path) -> dict[str, np.ndarray]:
     if missing.size:
         r, e, n = (int(i) for i in missing[0])
         shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
-        raise StoreError(f"{staging}: curve {(r, e, n)} has a marker but no values; its markers were removed, "
-                         "run the build again to recompute them")
+        raise StoreError(f"{staging}: curve {(r, e, n)} has a marker but no values; the markers of its slice were "
+                         "removed, run the build again to recompute it")
     return values
 
 

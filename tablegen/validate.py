@@ -62,6 +62,20 @@ def integer_at_least(name: str, value: float, minimum: int, maximum: int | None 
     return out
 
 
+def finite_list_above(name: str, values: Iterable[float], lower: float, maximum: int) -> tuple[float, ...]:
+    """Return ``values`` as a tuple of floats if there are 1 to ``maximum`` of them, each finite
+    and > ``lower`` (e.g. Rényi orders, > 1)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list of numbers, got {name}={values!r}")
+    out = tuple(_as_float(name, v) for v in values)
+    if not 1 <= len(out) <= maximum:
+        raise ValueError(f"{name} must hold 1 to {maximum} numbers, got {len(out)}")
+    for x in out:
+        if not (math.isfinite(x) and x > lower):
+            raise ValueError(f"{name} must all be finite and > {lower:g}, got {x!r} in {name}")
+    return out
+
+
 def _as_float(name: str, value: float) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {name}={value!r}")
@@ -77,3 +91,12 @@ def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
     close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return ValueError(f"unknown {kind}={name!r}; {hint}known: {', '.join(known)}")
+
+
+def rate(name: str, value: float) -> float:
+    """Return ``value`` as float if it lies in the half-open interval (0, 1] (a probability that
+    may be 1, e.g. a sampling rate)."""
+    x = _as_float(name, value)
+    if not (0 < x <= 1):
+        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
+    return x

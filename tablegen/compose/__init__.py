@@ -6,13 +6,16 @@
                           compose.Round("generic", 2.0, 10**5, times=65)], delta=1e-8)
     compose.rounds_max("krr", eps0=1.0, n=10**6, eps=1.0, delta=1e-8, k=10)
     compose.eps0_max("krr", rounds=365, eps=1.0, n=10**6, delta=1e-8, k=10)
+    compose.eps("krr", eps0=3.0, n=10**5, rounds=1000, delta=1e-5, k=10, sample_rate=0.01)  # Poisson rate q
 
 Each round's certified privacy profile (``tablegen.engine.delta_curve``, an upper bound on
 delta(eps) for both orders of the neighbouring pair) becomes a pessimistic connect-the-dots
 privacy-loss distribution (``profile.py``, ``pld.py``); Google's dp-accounting composes them
 (Doroshenko et al. 2022; Koskela et al. for PLD composition).  Every step is an upper bound, so the
-composed eps is certified: never below the exact composed eps of the analysis.  Derivation and
-figures: docs/composition.md.  ``dp_accounting`` is the ``compose`` extra.
+composed eps is certified: never below the exact composed eps of the analysis.  Subsampled rounds
+(each user taking part with probability ``sample_rate``) use the decompositions of
+``tablegen/mechanisms/subsample.py``.  Derivation and figures: docs/composition.md.
+``dp_accounting`` is the ``compose`` extra.
 """
 
 from tablegen.compose.budget import Budget, eps0_max, rounds_max

@@ -34,11 +34,12 @@ class Budget:
 
 
 def rounds_max(mechanism: str, *, eps0: float, n: int, eps: float, delta: float, points: int = POINTS,
-               **params: Any) -> Budget:
-    """Largest T whose certified composed eps at ``delta`` is <= ``eps``."""
+               sample_rate: float = 1.0, **params: Any) -> Budget:
+    """Largest T whose certified composed eps at ``delta`` is <= ``eps`` (each user taking part
+    in each round with probability ``sample_rate``)."""
     budget = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
-    single = one_round(mechanism, eps0=eps0, n=n, points=points, **params)
+    single = one_round(mechanism, eps0=eps0, n=n, points=points, sample_rate=sample_rate, **params)
 
     def spent(t: int) -> float:
         return pld.eps_for_delta(pld.self_composed(single, t), delta)
@@ -68,14 +69,16 @@ def rounds_max(mechanism: str, *, eps0: float, n: int, eps: float, delta: float,
 
 
 def eps0_max(mechanism: str, *, rounds: int, eps: float, n: int, delta: float, points: int = POINTS,
-             **params: Any) -> float:
-    """Largest eps0 (found) whose certified eps for ``rounds`` rounds at ``delta`` is <= ``eps``."""
+             sample_rate: float = 1.0, **params: Any) -> float:
+    """Largest eps0 (found) whose certified eps for ``rounds`` rounds at ``delta`` is <= ``eps``
+    (each user taking part in each round with probability ``sample_rate``)."""
     budget = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
     rounds = checked_rounds(rounds)
+    sample_rate = validate.rate("sample_rate", sample_rate)
 
     def fits(e0: float) -> bool:
-        single = one_round(mechanism, eps0=e0, n=n, points=points, **params)
+        single = one_round(mechanism, eps0=e0, n=n, points=points, sample_rate=sample_rate, **params)
         return pld.eps_for_delta(pld.self_composed(single, rounds), delta) <= budget
 
     lo, hi = _bracket(fits, min(EPS0_CAP, max(EPS0_FLOOR, budget)))

@@ -20,21 +20,27 @@ MAX_ROUNDS = 10**6
 
 @dataclass(frozen=True)
 class Round:
-    """One kind of round: mechanism, eps0, n, the mechanism's parameters, and how many times."""
+    """One kind of round: mechanism, eps0, n, the mechanism's parameters, how many times, and the
+    probability q that each user takes part (Poisson sampling; 1: every user, docs/composition.md)."""
 
     mechanism: str
     eps0: float
     n: int
     params: dict[str, Any] = field(default_factory=dict)
     times: int = 1
+    sample_rate: float = 1.0
 
     def key(self) -> str:
-        return json.dumps([self.mechanism, self.eps0, self.n, self.params], sort_keys=True, default=str)
+        return json.dumps([self.mechanism, self.eps0, self.n, self.params, self.sample_rate], sort_keys=True,
+                          default=str)
 
     def profile(self, eps: np.ndarray) -> np.ndarray:
         from tablegen.engine import delta_curve
+        from tablegen.mechanisms import get_mechanism
+        from tablegen.mechanisms.subsample import subsampled
 
-        return delta_curve(self.mechanism, eps0=self.eps0, n=self.n, eps=eps, **self.params)
+        mechanism = subsampled(get_mechanism(self.mechanism), self.sample_rate)  # itself at q = 1
+        return delta_curve(mechanism, eps0=self.eps0, n=self.n, eps=eps, **self.params)
 
 
 @dataclass(frozen=True)
@@ -53,9 +59,11 @@ def checked_rounds(rounds: Any) -> int:
 
 
 def eps(mechanism: str, *, eps0: float, n: int, rounds: int, delta: float, points: int = POINTS,
-        **params: Any) -> Composition:
-    """Certified eps of ``rounds`` identical shuffled rounds at total ``delta``."""
-    return eps_sequence([Round(mechanism, eps0, n, params, checked_rounds(rounds))], delta=delta, points=points)
+        sample_rate: float = 1.0, **params: Any) -> Composition:
+    """Certified eps of ``rounds`` identical shuffled rounds at total ``delta``, each user taking
+    part in each round with probability ``sample_rate``."""
+    return eps_sequence([Round(mechanism, eps0, n, params, checked_rounds(rounds), sample_rate)], delta=delta,
+                        points=points)
 
 
 def eps_sequence(rounds: Sequence[Round], *, delta: float, points: int = POINTS) -> Composition:
@@ -103,7 +111,7 @@ def _checked(rounds: Sequence[Round]) -> list[Round]:
         e0 = validate.positive_finite("eps0", r.eps0)
         users = validate.integer_at_least("n", r.n, 1)
         times = validate.integer_at_least("times", r.times, 1, MAX_ROUNDS)
-        out.append(Round(r.mechanism, e0, users, dict(r.params), times))
+        out.append(Round(r.mechanism, e0, users, dict(r.params), times, validate.rate("sample_rate", r.sample_rate)))
     if sum(r.times for r in out) > MAX_ROUNDS:
         raise ValueError(f"rounds must be an integer in [1, {MAX_ROUNDS}] in all, got {sum(r.times for r in out)}")
     return out
@@ -121,6 +129,7 @@ def eps_from_points(eps_points: np.ndarray, upper: np.ndarray, *, rounds: int, d
     return Composition(pld.eps_for_delta(composite, delta), delta, rounds, pld.delta_slack(composite))
 
 
-def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, **params: Any) -> pld.Composite:
+def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, sample_rate: float = 1.0,
+              **params: Any) -> pld.Composite:
     """The certified PLD of one round (to be self-composed any number of times)."""
-    return compose_rounds([Round(mechanism, eps0, n, params)], points)[1]
+    return compose_rounds([Round(mechanism, eps0, n, params, sample_rate=sample_rate)], points)[1]

@@ -9,5 +9,7 @@ from tablegen.engine.accountant import (
     eps_bounds,
     proves_above,
 )
+from tablegen.engine.renyi import RenyiBounds, rdp_bounds
 
-__all__ = ["Bounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max", "proves_above"]
+__all__ = ["Bounds", "RenyiBounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max",
+           "proves_above", "rdp_bounds"]

@@ -70,20 +70,28 @@ def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> l
     return build(eps0, **kwargs)
 
 
+def _checked_parts(eps0: float, base: str, parts: int, params: dict[str, Any]) -> None:
+    """``limits.check_joint`` on the base's upper decompositions and lower-bound pairs alike, before
+    either product is built (a query builds both: the upper one must not be built in vain)."""
+    from tablegen.mechanisms import get_mechanism
+
+    kinds = [False] + ([True] if get_mechanism(base).lower is not None else [])
+    for d in (d for lower in kinds for d in _component(base, eps0 / parts, params, lower)):
+        limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
+
+
 def joint_upper(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
     """Cartesian product of ``parts`` copies of the base decomposition at eps0 / parts (refused
-    before it is built where it is too costly: ``limits.check_joint``)."""
+    before it is built where it is too costly: ``_checked_parts``)."""
+    _checked_parts(eps0, base, parts, params)
     options = _component(base, eps0 / parts, params, lower=False)
-    for d in options:
-        limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
     return [joint(list(choice)) for choice in itertools.product(options, repeat=parts)]
 
 
 def joint_lower(eps0: float, base: str, parts: int, **params: Any) -> list[Decomposition]:
     """Product of the base's lower-bound pairs (the same pair in every attribute)."""
+    _checked_parts(eps0, base, parts, params)
     options = _component(base, eps0 / parts, params, lower=True)
-    for d in options:
-        limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
     return [joint([d] * parts, up=False) for d in options]
 
 

@@ -1,8 +1,8 @@
-"""Run a bench script in this process (its figures stay open for inspection)."""
+"""Run a bench section in this process (its figures stay open for inspection)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,24 +10,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the bench package lives beside the installed ones, at the repository's root
+    sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture()
-def run_bench(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Callable[..., tuple[str, list]]:
-    """``run_bench("paper_figures", *args)`` -> (stdout, the matplotlib figures it left open)."""
+def run_bench(capsys: pytest.CaptureFixture) -> Callable[..., tuple[str, list]]:
+    """``run_bench("docs", "--only", "papers", *args)`` -> (stdout, the matplotlib figures it left open); the
+    section records nothing (``--no-record``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def run(name: str, *args: str) -> tuple[str, list]:
-        path = ROOT / "bench" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    from bench.__main__ import SECTIONS
+
+    def run(section: str, *args: str) -> tuple[str, list]:
+        module = importlib.import_module(SECTIONS[section][0])
         plt.close("all")
-        monkeypatch.setattr(sys, "argv", [str(path), *args])
-        module.main()
+        module.main([*args, "--no-record"])
         return capsys.readouterr().out, [plt.figure(n) for n in plt.get_fignums()]
 
     yield run

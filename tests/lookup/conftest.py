@@ -19,6 +19,7 @@ delta = [1e-9, 1e-7, 1e-5, 1e-3]
 [settings]
 resolution = 5
 lower_resolution = 10
+lower_every = [1, 1]
 [[mechanism]]
 family = "krr"
 k = 3

@@ -1,8 +1,10 @@
-"""The table build: equal to the engine cell by cell, resumable after SIGKILL, verified, atomic,
-and working against a real dask scheduler with two worker processes."""
+"""The table build: equal to the slice engine cell by cell and certified against exact sums,
+resumable after SIGKILL, verified by recomputing slices, atomic, and working against a real dask
+scheduler with two worker processes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -16,10 +18,11 @@ import numpy as np
 import pytest
 import xarray as xr
 from distributed import Client
+from shuffle_reference import exact_delta, krr_lower_laws, krr_upper_law
 
 from tablegen import ENGINE_VERSION, store
-from tablegen.build import _slice_strata, build, dry_run, sample_curves
-from tablegen.engine.curve import eps_curve
+from tablegen.build import _latin, _strata, build, dry_run
+from tablegen.engine.dense import eps_slice, lower_slice
 from tablegen.spec import load_spec
 from tablegen.verify import verify
 
@@ -57,7 +60,10 @@ def quiet(_: str) -> None:
     pass
 
 
-def test_build_equals_the_engine_cell_by_cell(spec_path: Path, tmp_path: Path) -> None:
+EPS0_AXIS = "[0.5, 1.0, 1.5, 2.0, 2.5, 3.0]"
+
+
+def test_build_equals_the_slice_engine_cell_by_cell(spec_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "t.zarr"
     report = build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
     assert (report.computed, report.skipped) == (12, 0)
@@ -68,21 +74,23 @@ def test_build_equals_the_engine_cell_by_cell(spec_path: Path, tmp_path: Path) -
         for key in ("title", "history", "references", "date_created", "spec", "spec_sha256", "engine_version"):
             assert ds.attrs[key]
         assert ds["eps"].attrs["long_name"] and ds["eps"].attrs["units"] == "1"
-    for (r, family, params), (e, eps0), (j, n) in [
-        (row, e0, nn)
-        for row in [(0, "krr", {"k": 3}), (1, "generic", {})]
-        for e0 in enumerate([1.0, 2.0])
-        for nn in enumerate([50, 200, 800])
-    ]:
-        direct = eps_curve(family, eps0=eps0, n=n, deltas=[1e-6, 1e-3], lower=j % 2 == 0,
-                           resolution=4, lower_resolution=6, **params)
+        assert json.loads(ds.attrs["certification"])["method"] == "slice"
+    ns, deltas = [50, 200, 800], [1e-6, 1e-3]
+    for (r, family, params), (e, eps0) in [(row, e0) for row in [(0, "krr", {"k": 3}), (1, "generic", {})]
+                                           for e0 in enumerate([1.0, 2.0])]:
+        upper = eps_slice(family, eps0=eps0, ns=ns, deltas=deltas, resolution=4, **params)
+        lower = lower_slice(family, eps0=eps0, ns=ns[::2], deltas=deltas, upper=upper[::2], resolution=6, **params)
         # stored compact: the engine's value rounded up (lower bounds down) to 12 mantissa bits
-        np.testing.assert_array_equal(eps[r, e, j], store.round_float32(direct.upper, True, store.MANTISSA_BITS))
-        np.testing.assert_array_equal(low[r, e, j], store.round_float32(direct.lower, False, store.MANTISSA_BITS))
-        assert np.all(eps[r, e, j] >= direct.upper) and np.all(eps[r, e, j] < direct.upper * (1 + 2.0 ** -12))
+        np.testing.assert_array_equal(eps[r, e], store.round_float32(upper, True, store.MANTISSA_BITS))
+        np.testing.assert_array_equal(low[r, e, ::2], store.round_float32(lower, False, store.MANTISSA_BITS))
+        assert np.all(eps[r, e] >= upper) and np.all(eps[r, e] < upper * (1 + 2.0 ** -12))
     assert eps.dtype == low.dtype == np.float32 and not np.any(eps.view(np.uint32) & 0x7FF)
-    assert np.isnan(low[:, :, 1]).all() and not np.isnan(low[:, :, 0]).any()
-    assert verify(out, sample=2) == []
+    assert np.isnan(low[:, :, 1]).all() and not np.isnan(low[:, :, ::2]).any()  # lower_every = [1, 2]
+    # certified: the exact delta of k-RR's optimal decomposition at the stored eps meets the target
+    # (exact sums over the multinomial counts of its atoms: n <= 200 keeps them small)
+    for (e, eps0), (j, n), (d, delta) in itertools.product(enumerate([1.0, 2.0]), enumerate(ns[:2]), enumerate(deltas)):
+        assert exact_delta(*krr_upper_law(eps0, float(eps[0, e, j, d]), 3), n) <= delta
+    assert verify(out, sample=4) == []
     assert not store.staging_path(out).exists()
     # the same command again: nothing to do
     again = build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
@@ -106,17 +114,31 @@ def test_verify_catches_tampering_and_corrupted_chunks(spec_path: Path, tmp_path
     assert verify(tmp_path / "absent.zarr") == [f"{tmp_path / 'absent.zarr'}: no such table"]
 
 
-def test_verify_recomputes_against_the_stored_rounding(spec_path: Path, tmp_path: Path) -> None:
+def test_verify_recomputes_slices_and_catches_a_damaged_cell(spec_path: Path, tmp_path: Path) -> None:
     import zarr
 
     out = tmp_path / "t.zarr"
     build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
-    assert verify(out, sample=12) == []  # every curve: the engine's value rounded as stored, bit for bit
+    assert verify(out, sample=4) == []  # every slice: the engine's values rounded as stored
     eps = zarr.open_array(out / "eps", mode="r+")
-    eps[0, 1, 2, 0] = eps[0, 1, 2, 0] * np.float32(1.01)  # re-encoded through the store's codecs
+    eps[0, 1, 2, 0] = eps[0, 1, 2, 0] * np.float32(1.03)  # re-encoded through the store's codecs
     store.write_manifest(out)  # checksums match again: only the recomputation can see it
-    problems = verify(out, sample=12)
+    problems = verify(out, sample=4)
     assert len(problems) == 1 and "krr k=3 eps0=2 n=800 delta=1e-06: stored eps=" in problems[0]
+
+
+def test_verify_refuses_to_recompute_a_table_of_the_removed_per_curve_engine(spec_path: Path,
+                                                                             tmp_path: Path) -> None:
+    out = tmp_path / "t.zarr"
+    build(load_spec(spec_path), out, workers=0, progress=False, log=quiet)
+    meta = json.loads((out / "zarr.json").read_text())
+    certification = json.loads(meta["attributes"]["certification"])
+    meta["attributes"]["certification"] = json.dumps({**certification, "method": "curve"})
+    (out / "zarr.json").write_text(json.dumps(meta))
+    store.write_manifest(out)
+    assert verify(out) == []  # checksums and invariants still verified
+    problems = verify(out, sample=1)
+    assert len(problems) == 1 and "per-curve engine" in problems[0] and "rebuild" in problems[0]
 
 
 def test_sigkill_then_resume_gives_the_identical_table(spec_path: Path, tmp_path: Path) -> None:
@@ -131,43 +153,66 @@ def test_sigkill_then_resume_gives_the_identical_table(spec_path: Path, tmp_path
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     staging = store.staging_path(out)
     deadline = time.time() + 60
-    while len(store.finished(staging)) < 3 and time.time() < deadline and first.poll() is None:
+    while not store.finished(staging, 3) and time.time() < deadline and first.poll() is None:
         time.sleep(0.01)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    finished = len(store.finished(staging))
-    assert 3 <= finished < 12, "the build was not caught mid-way"
+    finished = len(store.finished(staging, 3))
+    assert 1 <= finished < 4, "the build was not caught mid-way"
     assert not out.exists()
     second = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert f"{finished} already finished, {12 - finished} to compute" in second.stdout
-    assert f"computed {12 - finished} curves, skipped {finished}" in second.stdout
+    assert f"4 slices (12 curves): {finished} already finished, {4 - finished} to compute" in second.stdout
+    assert f"computed {12 - 3 * finished} curves, skipped {3 * finished}" in second.stdout
     for got, want in zip(values(out), values(reference), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_slice_begun_with_a_marker_per_curve_is_recomputed_whole(spec_path: Path, tmp_path: Path) -> None:
+    """Staging stores begun before slices were the unit have a marker per curve: a slice with all
+    of them is finished, any other is recomputed whole, to the values of a fresh build."""
+    import zarr
+
+    spec = load_spec(spec_path)
+    reference = tmp_path / "ref.zarr"
+    build(spec, reference, workers=0, progress=False, log=quiet)
+    eps, low = values(reference)
+    out = tmp_path / "t.zarr"
+    staging = store.open_staging(out, {"spec_sha256": spec.digest(), "engine_version": ENGINE_VERSION}, spec.shape)
+    for r, e, j in itertools.product(range(2), range(2), range(3)):
+        if (r, e, j) != (1, 0, 1):
+            for name, stored in (("eps", eps), ("eps_lower", low)):
+                zarr.open_array(staging / store.CELLS / name, mode="r+")[r, e, j] = stored[r, e, j]
+            (staging / "done" / f"{r}_{e}").mkdir(exist_ok=True)
+            (staging / "done" / f"{r}_{e}" / str(j)).touch()
+    assert store.finished(staging, 3) == {(0, 0), (0, 1), (1, 1)}
+    assert build(spec, out, workers=0, progress=False, log=quiet).computed == 3  # slice (1, 0), all 3 curves
+    for got, want in zip(values(out), (eps, low), strict=True):
         np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_build_says_so_and_exits_non_zero(spec_path: Path, tmp_path: Path, signum: int) -> None:
     """On a local dask cluster, where the event loop used to swallow the signal (exit status 0).
-    Forty curves of about 0.1 s each: the signal, sent once the first curve is kept, must reach the
-    build before it ends even on a loaded machine (with twelve the build once published first)."""
+    Twelve slices of ten n: the signal, sent once the first slice is kept, must reach the build
+    before it ends even on a loaded machine."""
     n_axis = "n = [50, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600]"
     spec_path.write_text(spec_path.read_text().replace("resolution = 4\n", "resolution = 30\n")
-                         .replace("n = [50, 200, 800]", n_axis))
+                         .replace("n = [50, 200, 800]", n_axis).replace("eps0 = [1.0, 2.0]", f"eps0 = {EPS0_AXIS}"))
     out = tmp_path / "t.zarr"
     command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec_path), "--out", str(out),
                "--workers", "1", "--no-progress"]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     staging = store.staging_path(out)
     deadline = time.time() + 120
-    while not store.finished(staging) and time.time() < deadline and first.poll() is None:
+    while not store.finished(staging, 10) and time.time() < deadline and first.poll() is None:
         time.sleep(0.01)
     first.send_signal(signum)
     _, err = first.communicate(timeout=60)
-    finished = len(store.finished(staging))
+    finished = len(store.finished(staging, 10))
     assert first.returncode == 128 + signum, err
-    assert f"build stopped by {signum.name}: {finished} of 40 curves finished" in err
-    assert finished < 40 and not out.exists()
-    assert build(load_spec(spec_path), out, workers=0, progress=False, log=quiet).skipped == finished
+    assert f"build stopped by {signum.name}: {finished} of 12 slices finished" in err
+    assert finished < 12 and not out.exists()
+    assert build(load_spec(spec_path), out, workers=0, progress=False, log=quiet).skipped == 10 * finished
 
 
 def test_publish_replaces_the_old_table_atomically(spec_path: Path, tmp_path: Path) -> None:
@@ -248,84 +293,55 @@ def test_a_marker_without_values_is_recomputed_not_published(spec_path: Path, tm
     out = tmp_path / "t.zarr"
     staging = store.open_staging(out, {"spec_sha256": spec.digest(), "engine_version": ENGINE_VERSION}, spec.shape)
     (staging / "done" / "0_0").mkdir()
-    (staging / "done" / "0_0" / "0").touch()  # marker, but the chunk never reached the disk
+    (staging / "done" / "0_0" / "all").touch()  # marker, but the chunk never reached the disk
     with pytest.raises(store.StoreError, match="marker but no values"):
         build(spec, out, workers=0, progress=False, log=quiet)
     assert not out.exists()
-    # the markers of that (row, eps0) were dropped: its 3 curves are recomputed, nothing else
+    # the marker of that (row, eps0) was dropped: its slice of 3 curves is recomputed, nothing else
     assert build(spec, out, workers=0, progress=False, log=quiet).computed == 3
     assert np.isfinite(values(out)[0]).all()
 
 
 def test_dry_run_sample_covers_every_stratum_and_reports_a_range() -> None:
+    import random
+
     root = Path(__file__).parents[2] / "workflows"
     full = load_spec(root / "full.toml")
-    cells = sample_curves(full, 8, seed=3)
-    for axis, size in enumerate(full.shape[:3]):  # a Latin hypercube: each eighth of each axis once
+    cells = _latin(full.shape[:2], 8, random.Random(3))
+    for axis, size in enumerate(full.shape[:2]):  # a Latin hypercube: each eighth of each axis once
         ranked = sorted(c[axis] for c in cells)
         assert all(o * size // 8 <= ranked[o] <= (o + 1) * size // 8 for o in range(8)), (axis, ranked)
-    assert cells == sample_curves(full, 8, seed=3)
     figures = dry_run(load_spec(root / "smoke.toml"), None, sample=3, cores=2, log=lambda _: None)
-    assert figures["sampled_curves"] == 3 and figures["curves_to_compute"] == figures["curves"] == 12
+    assert 1 <= figures["sampled_slices"] <= 3 and figures["slices_to_compute"] == figures["slices"] == 3 * 2
+    assert figures["curves"] == 3 * 2 * 2
     assert figures["core_hours_low"] <= figures["core_hours"] <= figures["core_hours_high"]
-    assert 0 < figures["seconds_min"] <= figures["seconds_per_curve"] <= figures["seconds_max"]
+    assert 0 < figures["seconds_min"] <= figures["seconds_per_slice"] <= figures["seconds_max"]
 
 
-def test_dry_run_of_a_slice_build_samples_the_slices_with_lower_bounds_apart(tmp_path: Path) -> None:
+def test_dry_run_samples_the_slices_with_lower_bounds_apart(tmp_path: Path) -> None:
     path = tmp_path / "spec.toml"
     path.write_text(SPEC.replace("eps0 = [1.0, 2.0]", "eps0 = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]")
-                    .replace("lower_every = [1, 2]", 'lower_every = [4, 2]\nmethod = "slice"'))
+                    .replace("lower_every = [1, 2]", "lower_every = [4, 2]"))
     spec = load_spec(path)
-    plain, lower = _slice_strata(spec, set(), sample=4, seed=1)
+    plain, lower = _strata(spec, set(), sample=4, seed=1)
     assert plain[0] == 2 * 6 and lower[0] == 2 * 2  # rows x eps0 without / with lower bounds
-    assert {c[1] for s in plain[1] for c in s} <= {1, 2, 3, 5, 6, 7} and len(plain[1]) <= 3
-    assert [{c[1] for c in s} for s in lower[1]] in ([{0}], [{4}]) and all(len(s) == 3 for s in lower[1])
-    done = {(r, e, j) for r in range(2) for e in (0, 4) for j in range(3)}  # every lower slice finished
-    assert [count for count, _ in _slice_strata(spec, done, sample=4, seed=1)] == [12]
+    assert {e for _, e in plain[1]} <= {1, 2, 3, 5, 6, 7} and len(plain[1]) <= 3
+    assert len(lower[1]) == 1 and lower[1][0][1] in (0, 4)
+    done = {(r, e) for r in range(2) for e in (0, 4)}  # every lower slice finished
+    assert [count for count, _ in _strata(spec, done, sample=4, seed=1)] == [12]
     # one slice timed per stratum: no spread to go by, so each counts its own mean as its standard
     # error (sqrt(a^2 + b^2) >= (a + b) / sqrt(2)), never a range of zero width
     figures = dry_run(spec, None, sample=2, cores=1, log=quiet)
-    assert figures["sampled_curves"] == 2 and figures["core_hours_high"] >= 2.4 * figures["core_hours"] > 0
+    assert figures["sampled_slices"] == 2 and figures["core_hours_high"] >= 2.4 * figures["core_hours"] > 0
 
 
-def test_slice_method_equals_the_slice_engine_and_resumes_only_missing_curves(tmp_path: Path) -> None:
-    from tablegen.engine.curve import lower_curve
-    from tablegen.engine.dense import eps_slice
-
-    path = tmp_path / "spec.toml"
-    path.write_text(SPEC.replace("lower_every = [1, 2]", 'lower_every = [1, 2]\nmethod = "slice"'))
-    spec = load_spec(path)
-    (tmp_path / "curve.toml").write_text(SPEC)
-    assert spec.method == "slice" and load_spec(tmp_path / "curve.toml").digest() != spec.digest()
-    out = tmp_path / "t.zarr"
-    assert build(spec, out, workers=0, progress=False, log=quiet).computed == 12
-    eps, low = values(out)
-    direct = eps_slice("krr", eps0=2.0, ns=[50, 200, 800], deltas=[1e-6, 1e-3], resolution=4, k=3)
-    np.testing.assert_array_equal(eps[0, 1], store.round_float32(direct, True, store.MANTISSA_BITS))
-    lower = lower_curve("krr", eps0=2.0, n=800, deltas=[1e-6, 1e-3], upper=direct[2], lower_resolution=6, k=3)
-    np.testing.assert_array_equal(low[0, 1, 2], store.round_float32(lower, False, store.MANTISSA_BITS))
-    assert np.isnan(low[:, :, 1]).all() and (low[:, :, ::2] <= eps[:, :, ::2]).all()
-    assert verify(out, sample=3) == []
-    # a slice with one curve missing is one task recomputing only that curve
-    staging = store.open_staging(tmp_path / "u.zarr", {"spec_sha256": spec.digest(), "engine_version": ENGINE_VERSION},
-                                 spec.shape)
-    for r, e, j in spec.curves():
-        if (r, e, j) != (1, 0, 1):
-            store.write_curve(staging, (r, e, j), eps[r, e, j], low[r, e, j])
-    assert build(spec, tmp_path / "u.zarr", workers=0, progress=False, log=quiet).computed == 1
-    again = values(tmp_path / "u.zarr")[0]
-    assert np.allclose(again, eps, rtol=0.015, atol=0)  # curve (1, 0, 1) was recomputed alone
-
-
-def test_lower_slice_method_stores_the_lower_slice(tmp_path: Path) -> None:
-    """lower_method = "slice": the lower bounds of the wanted curves are the lower slice's
-    (below the stored eps, some positive), and verify recomputes them."""
-    from tablegen.engine.dense import eps_slice, lower_slice
-
+def test_lower_bounds_are_the_lower_slice_and_proved_by_exact_sums(tmp_path: Path) -> None:
+    """The lower bounds of the wanted curves are the lower slice's below the stored eps (some
+    positive; each one proved: a Theorem 5 pair's exact delta exceeds the target there), and
+    verify recomputes them."""
     path = tmp_path / "spec.toml"
     path.write_text(SPEC.replace("n = [50, 200, 800]", "n = [800, 3000, 20000]").replace(
-        "lower_every = [1, 2]", 'lower_every = [1, 1]\nmethod = "slice"\nlower_method = "slice"').replace(
-        "lower_resolution = 6", "lower_resolution = 15"))
+        "lower_every = [1, 2]", "lower_every = [1, 1]").replace("lower_resolution = 6", "lower_resolution = 15"))
     spec = load_spec(path)
     out = tmp_path / "t.zarr"
     build(spec, out, workers=0, progress=False, log=quiet)
@@ -335,26 +351,17 @@ def test_lower_slice_method_stores_the_lower_slice(tmp_path: Path) -> None:
     direct = lower_slice("krr", eps0=2.0, ns=ns, deltas=deltas, upper=upper, resolution=15, k=3)
     np.testing.assert_array_equal(low[0, 1], store.round_float32(direct, False, store.MANTISSA_BITS))
     assert (low <= eps).all() and (low > 0).sum() >= 12
+    for (e, eps0), (d, delta) in itertools.product(enumerate([1.0, 2.0]), enumerate(deltas)):
+        if low[0, e, 0, d] > 0:  # n = 800: exact sums are cheap
+            assert max(exact_delta(*law, 800) for law in krr_lower_laws(eps0, float(low[0, e, 0, d]), 3)) > delta
     assert verify(out, sample=3) == []
 
 
-def test_lower_slice_method_needs_the_slice_method() -> None:
-    from tablegen.spec import SpecError, spec_from_dict
-
-    raw = {"axes": {"eps0": [1.0], "n": [10], "delta": [1e-6]}, "settings": {"lower_method": "slice"},
-           "mechanism": [{"family": "generic"}]}
-    with pytest.raises(SpecError, match='settings.lower_method.*needs method = "slice"'):
-        spec_from_dict(raw)
-    raw["settings"] = {"method": "slice", "lower_method": "curve"}
-    explicit = spec_from_dict(raw).digest()
-    raw["settings"] = {"method": "slice"}
-    assert spec_from_dict(raw).digest() == explicit  # the default leaves older digests alone
-
-
-def test_unknown_method_is_named() -> None:
-    from tablegen.spec import SpecError, spec_from_dict
-
-    raw = {"axes": {"eps0": [1.0], "n": [10], "delta": [1e-6]}, "settings": {"method": "fast"},
-           "mechanism": [{"family": "generic"}]}
-    with pytest.raises(SpecError, match="settings.method.*curve, slice"):
-        spec_from_dict(raw)
+def test_without_lower_every_no_lower_bounds_are_computed(tmp_path: Path) -> None:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("lower_every = [1, 2]\n", ""))
+    out = tmp_path / "t.zarr"
+    build(load_spec(path), out, workers=0, progress=False, log=quiet)
+    eps, low = values(out)
+    assert np.isfinite(eps).all() and np.isnan(low).all()
+    assert verify(out, sample=1) == []

@@ -41,9 +41,9 @@ def test_good_spec_expands_rows_and_axes(tmp_path: Path) -> None:
     assert [r.label for r in spec.rows] == ["krr k=2", "krr k=10", "olh g=3"]
     np.testing.assert_array_equal(spec.n, np.round(10.0 ** np.arange(2, 8.01, 0.5)))
     assert spec.shape == (3, 2, 13, 2)
-    assert spec.curve_count == len(list(spec.curves())) == 3 * 2 * 13
-    assert spec.curve(14) == (0, 1, 1)
-    assert spec.settings["lower_every"] == [1, 1]
+    assert spec.curve_count == 3 * 2 * 13 and spec.slice_count == 3 * 2
+    assert spec.settings["lower_every"] is None  # no lower bounds unless asked for
+    assert not any(spec.wants_lower(e, j) for e in range(2) for j in range(13))
     assert spec.digest() == load_spec(write(tmp_path, GOOD)).digest()
     assert spec.digest() != load_spec(write(tmp_path, GOOD.replace("0.5, 1.0", "0.5, 1.5"))).digest()
 
@@ -158,6 +158,37 @@ def test_digest_covers_the_text_not_generated_floats(tmp_path: Path) -> None:
     assert other.digest() == spec.digest()
     text = (ROOT / "workflows" / "default.toml").read_text()
     assert load_spec(write(tmp_path, text.replace("per_decade = 2}", "per_decade = 4}"))).digest() != spec.digest()
+
+
+@pytest.mark.parametrize(("name", "value"), [("method", '"slice"'), ("method", '"curve"'),
+                                             ("lower_method", '"slice"')])
+def test_a_spec_naming_the_build_method_is_told_it_is_no_longer_needed(tmp_path: Path, name: str,
+                                                                       value: str) -> None:
+    from click.testing import CliRunner
+
+    from tablegen.cli import main
+
+    path = write(tmp_path, GOOD.replace('title = "t"', f'title = "t"\n[settings]\n{name} = {value}'))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}: settings.{name}: no longer needed: every table is built by slices")
+    result = CliRunner().invoke(main, ["build", "--spec", str(path), "--out", str(tmp_path / "t.zarr")])
+    assert result.exit_code == 2 and "no longer needed" in result.output and result.exception is not None
+    assert isinstance(result.exception, SystemExit)  # a clean exit (status 2), not a traceback
+    assert not (tmp_path / "t.zarr").exists()
+
+
+@pytest.mark.parametrize("name", ["default"])
+def test_a_shipped_spec_keeps_the_digest_its_table_records(name: str) -> None:
+    """The table was built by slices from a spec that named them (method = "slice", lower_method =
+    "slice"); the spec without those settings hashes to the digest the table records, so the
+    README's first command finds it built by this spec."""
+    spec = load_spec(ROOT / "workflows" / f"{name}.toml")
+    attributes = store.root_attributes(ROOT / "data" / f"{name}.zarr")
+    assert spec.digest() == attributes["spec_sha256"]
+    assert json.dumps(spec.canonical(), sort_keys=True) == attributes["spec"]
+    recorded = json.loads(attributes["spec"])["settings"]
+    assert (recorded["method"], recorded["lower_method"]) == ("slice", "slice")
 
 
 def test_shipped_table_is_up_to_date_with_its_spec() -> None:

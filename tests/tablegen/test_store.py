@@ -120,8 +120,6 @@ TINY_SPEC = """title = "lock test"
 eps0 = [1.0]
 n = [100]
 delta = [1e-6]
-[settings]
-method = "slice"
 [[mechanism]]
 family = "krr"
 k = 2

@@ -7,9 +7,9 @@ from pathlib import Path
 from figure_checks import assert_png, labels
 
 
-def test_protocols_report_small_case(run_bench, tmp_path: Path) -> None:
+def test_protocols_section_small_case(run_bench, tmp_path: Path) -> None:
     plot = tmp_path / "protocols_error.png"
-    out, figures = run_bench("protocols_report", "--n-values", "1000", "3000", "--repeats", "2", "--plot", str(plot))
+    out, figures = run_bench("protocols", "--n-values", "1000", "3000", "--repeats", "2", "--plot", str(plot))
     assert_png(plot)
     assert labels(figures) == {("n (users)", "max |estimated - true frequency| over d = 10 bins")}
     lines = out.splitlines()

@@ -8,8 +8,8 @@ from figure_checks import assert_png, labels
 
 
 def test_composition_figure_small_case(run_bench, tmp_path: Path) -> None:
-    out, figures = run_bench("compose_figure", "--out", str(tmp_path / "c.png"), "--points", "2", "--max-rounds", "20",
-                             "--settings", "generic eps0=1 n=100")
+    out, figures = run_bench("compose", "--only", "figure", "--out", str(tmp_path / "c.png"), "--points", "2",
+                             "--max-rounds", "20", "--settings", "generic eps0=1 n=100")
     assert_png(tmp_path / "c.png")
     assert labels(figures) == {("rounds T", "total certified eps (delta=1e-06)")}
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| generic")]
