@@ -149,7 +149,7 @@ def test_fft_lower_refined_where_the_rounding_correction_swallows_it(k, eps0, n,
         d = _decomposition(values, np.asarray(probs) / sum(probs))
         exact = exact_delta(values, np.asarray(probs) / sum(probs), n)
         refined = refined_lower(d, eps, n, LOWER_RESOLUTION, None)
-        assert refined <= exact * (1 + 1e-9)
+        assert refined <= exact * (1 + 1e-12)  # the reference's own float error (a sum of <= 2e4 terms)
         if delta_of_decomposition(d, eps, n, False, LOWER_RESOLUTION) == 0.0 and exact > 1e-6:
             assert refined >= 0.5 * exact, (refined, exact)
             answered += 1

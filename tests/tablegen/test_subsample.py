@@ -86,7 +86,7 @@ def test_certified_never_below_the_real_subsampled_krr(k: int, n: int, q: float,
         assert worst <= delta_bounds(generic, eps0=eps0, n=n, eps=eps).upper + BRUTE_ERROR, (eps, exact)
         # the Theorem 5 pairs of R_q are exact divergences of these real dataset pairs
         pairs = max(v for name, v in exact.items() if name != "mixed")
-        assert ours.lower <= pairs * (1 + 1e-9) + BRUTE_ERROR, (eps, exact, ours)
+        assert ours.lower <= pairs + BRUTE_ERROR, (eps, exact, ours)
         if k >= 3 and worst > 1e-12:
             # the analysis itself (its FFT-path value) is close to the truth where the families hold
             # the blanket's worst case (x2 != x0, x1): measured within 1.15x without subsampling and up
