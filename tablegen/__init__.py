@@ -6,4 +6,5 @@ holds the randomizers as data (laws of the privacy amplification random variable
 """
 
 __version__ = "0.1.0"
-ENGINE_VERSION = "2"  # 2: lattice step refined for the tilted law (lattice.refine_step)
+ENGINE_VERSION = "3"  # 3: Laplace upper cells in s = e^(-eps0 t) and t (mechanisms/laplace.py)
+# 2: lattice step refined for the tilted law (lattice.refine_step)
