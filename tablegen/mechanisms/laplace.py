@@ -15,12 +15,13 @@ of ``S_CELLS`` cells equal in s = e^(-eps0 t) and ``T_CELLS`` cells equal in t (
 half, 1 - y on the right).  The likelihood ratio u = e^(eps0 (1 - 2t)) = beta s^2 while the mass
 per unit s is proportional to 1/s^2, so equal steps of s give every cell the same spread
 (mass x width^2 in u); the cells equal in t keep the heavy end near t = 1/2 fine.  Upper bound:
-32 + 24 edges (about 49 cells once an edge in s near one in t is dropped; 96 equal in t before): eps within +0.0025% (median), +0.056% (max) and
--0.006% (min) of the 96 cells over 70 queries (eps0 0.1-8, n 1e2-1e8, delta 1e-6 and 1e-10;
-docs/mechanisms.md); 48 cells equal in s alone lost up to 0.9% (eps0 = 8, n = 1e3, eps near
-eps0).  Lower bound: the 96 cells equal in t of engine version 2 (adding the cells in s would
-refine them, but 244 components instead of 194 would lower the largest joint Laplace product
-built live from 6 parts to 5: limits.JOINT_WORK_MAX).  Any
+32 + 24 edges (about 49 cells: an edge in s near one in t is dropped; 96 equal in t
+before): eps within +0.0030% (median), +0.057% (max) and -0.004% (min) of the 96 cells over
+70 queries (eps0 0.1-8, n 1e2-1e8, delta 1e-6 and 1e-10; docs/mechanisms.md); 48 cells equal
+in s alone lost up to 0.9% (eps0 = 8, n = 1e3, eps near eps0).  Lower bound: the 96 cells
+equal in t of engine version 2 (adding the cells in s would refine them, but 244 components
+instead of 194 would lower the largest joint Laplace product built live from 6 parts to 5:
+limits.JOINT_WORK_MAX).  Any
 partition certifies:
 * upper: inside a cell G is replaced by the two-point law on the cell's extreme values with
   the same conditional mean (a mean-preserving spread, so E[(sum)_+] can only grow: certified);
