@@ -29,18 +29,23 @@ def rr_table() -> lookup.Table:
     return from_arrays("rr", ["krr"], [{"k": 2}], EPS0, np.array([1.0]), DELTAS, eps, np.full_like(eps, np.nan), {})
 
 
-def exact_rr_eps(eps0: float, rounds: int, delta: float) -> float:
-    q = 1 / (1 + math.exp(eps0))
-    law = [(eps0 * (rounds - 2 * k), math.comb(rounds, k) * q**k * (1 - q) ** (rounds - k)) for k in range(rounds + 1)]
-
+def eps_of_loss_law(law: list[tuple[float, float]], delta: float, top: float) -> float:
+    """The exact eps at delta of a privacy-loss law [(loss, probability)] on [0, top], by bisection:
+    delta(e) = sum over loss > e of p (1 - e^(e - loss))."""
     def profile(e: float) -> float:
         return sum(p * -math.expm1(e - loss) for loss, p in law if loss > e)
 
-    lo, hi = 0.0, eps0 * rounds
+    lo, hi = 0.0, top
     for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if profile(mid) > delta else (lo, mid)
     return hi
+
+
+def exact_rr_eps(eps0: float, rounds: int, delta: float) -> float:
+    q = 1 / (1 + math.exp(eps0))
+    law = [(eps0 * (rounds - 2 * k), math.comb(rounds, k) * q**k * (1 - q) ** (rounds - k)) for k in range(rounds + 1)]
+    return eps_of_loss_law(law, delta, eps0 * rounds)
 
 
 @pytest.mark.parametrize("eps0,rounds", [(1.0, 1), (1.0, 10), (0.8, 30), (2.0, 5)])

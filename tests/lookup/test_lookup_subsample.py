@@ -11,23 +11,12 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_lookup_compose import eps_of_loss_law, rr_table
 
 import lookup
 from lookup.cli import main
-from lookup.table import from_arrays
-
-EPS0 = np.array([0.5, 1.0, 2.0])
-DELTAS = np.array([1e-9, 1e-6, 1e-3, 0.05, 0.2])
-
-
-def rr_table() -> lookup.Table:
-    """The exact n = 1 binary RR curve (every user in every round)."""
-    b = np.exp(EPS0)[:, None]
-    eps = np.maximum(np.log(b - DELTAS[None, :] * (b + 1)), 0.0)[None, :, None, :] * (1 + 1e-12)
-    return from_arrays("rr", ["krr"], [{"k": 2}], EPS0, np.array([1.0]), DELTAS, eps, np.full_like(eps, np.nan), {})
 
 
 def exact_subsampled_rr_eps(eps0: float, q: float, rounds: int, delta: float) -> float:
@@ -37,15 +26,7 @@ def exact_subsampled_rr_eps(eps0: float, q: float, rounds: int, delta: float) ->
         for b in range(rounds + 1 - a):
             p = math.comb(rounds, a) * math.comb(rounds - a, b) * up**a * down**b * (1 - q) ** (rounds - a - b)
             law.append((eps0 * (a - b), p))
-
-    def profile(e: float) -> float:
-        return sum(p * -math.expm1(e - loss) for loss, p in law if loss > e)
-
-    lo, hi = 0.0, eps0 * rounds
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if profile(mid) > delta else (lo, mid)
-    return hi
+    return eps_of_loss_law(law, delta, eps0 * rounds)
 
 
 @pytest.mark.parametrize(("q", "rounds"), [(0.1, 20), (0.5, 40)])
