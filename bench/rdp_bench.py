@@ -22,18 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import tightness
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures"
 MATRIX = [[0.5, 0.3, 0.2], [0.3, 0.5, 0.2], [0.25, 0.25, 0.5]]  # a 3-input randomizer, log(2.5)-LDP
+SIMPLE = ("generic", "krr k=10", "blh", "olh", "rappor", "oue", "hr", "laplace")
 FAMILIES: list[tuple[str, str, dict[str, Any]]] = [
-    ("generic", "generic", {}),
-    ("krr k=10", "krr", {"k": 10}),
-    ("blh", "blh", {}),
-    ("olh", "olh", {}),
-    ("rappor", "rappor", {}),
-    ("oue", "oue", {}),
-    ("hr", "hr", {}),
-    ("laplace", "laplace", {}),
+    *(case for case in tightness.CASES if case[0] in SIMPLE),  # the tightness grid's rows, same labels
     ("finite 3x3", "finite", {"matrix": MATRIX}),
     ("joint krr k=10 parts=2", "joint", {"base": "krr", "k": 10, "parts": 2}),
     ("parallel krr,blh k=10", "parallel", {"bases": "krr,blh", "weights": "0.5,0.5", "k": 10}),
