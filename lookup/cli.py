@@ -53,7 +53,7 @@ def main() -> None:
 @query_options
 @click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
-@click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs shuffle-eps[compose])")
+@click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs 'shuffle-eps[compose]')")
 @click.option("--sample-rate", type=str, default=None,
               help="with --rounds: probability in (0, 1] that each user takes part in a round (live; default 1)")
 def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
@@ -149,14 +149,13 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
           memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
           max_header_bytes: int, backlog: int, graceful_timeout: float, http: str, access_log: bool) -> None:
     """Serve GET /v1/eps, /v1/delta, /v1/eps0-max, /v1/info, /healthz and /metrics (needs the serve extra:
-    pip install shuffle-eps[serve])."""
+    pip install 'shuffle-eps[serve]')."""
+    from lookup.app import Settings  # a missing serve extra: one line from CommandGroup, status 1
+    from lookup.serve import ServerLimits, run
+
     try:
-        from lookup.app import Settings
-        from lookup.serve import ServerLimits, run
-    except ImportError as err:
-        click.echo(f"error: {err}; install the serve extra: pip install shuffle-eps[serve]", err=True)
-        sys.exit(2)
-    try:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"--port must be in 0..65535 (0: any free port), got {port}")
         settings = Settings(table, live_workers, queue, live_timeout, memory_mb, cache_size, retry_after).check()
         if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024:
             raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024")
@@ -185,7 +184,7 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
 @click.option("--out", required=True, help="image to write (.png or .svg)")
 def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta: float | None, eps_: float | None,
          table: str | None, out: str) -> None:
-    """Plot certified curves from a table (needs matplotlib: pip install shuffle-eps[plot])."""
+    """Plot certified curves from a table (needs matplotlib: pip install 'shuffle-eps[plot]')."""
     from lookup import plot as plots
 
     def run() -> dict[str, Any]:

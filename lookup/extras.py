@@ -16,7 +16,8 @@ import click
 # top-level module -> the extra of shuffle-eps that installs it ("" for the base install)
 EXTRAS = {
     "dask": "build", "distributed": "build", "xarray": "build", "tqdm": "build", "crc32c": "build",
-    "matplotlib": "plot", "dp_accounting": "compose",
+    "matplotlib": "plot", "dp_accounting": "compose", "starlette": "serve", "uvicorn": "serve",
+    "pebble": "serve", "cryptography": "sign",
     "numpy": "", "zarr": "", "scipy": "",
 }
 MISSING_EXTRA = 1  # exit status

@@ -35,3 +35,18 @@ def test_missing_extra_is_one_line(main, args, module, extra, monkeypatch, tmp_p
 def test_unknown_missing_module_is_not_blamed_on_an_extra() -> None:
     assert missing_dependency(ModuleNotFoundError("no", name="not_a_dependency")) is None
     assert "pip install 'shuffle-eps'" in missing_dependency(ModuleNotFoundError("no", name="scipy.special"))
+
+
+def test_serve_without_its_extra_is_one_line(monkeypatch, tmp_path) -> None:
+    monkeypatch.delitem(sys.modules, "lookup.app", raising=False)  # imported afresh, without starlette
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(lookup_main, ["serve", "--port", "0"])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "pip install 'shuffle-eps[serve]'" in result.output
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_serve_port_out_of_range_is_refused(port: str) -> None:
+    result = CliRunner().invoke(lookup_main, ["serve", "--port", port])
+    assert result.exit_code == 2 and "--port must be in 0..65535" in result.output, result.output
