@@ -11,6 +11,7 @@ and a one-line message, no traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,19 @@ def mechanism_options(func: Any) -> Any:
 def _fail(exc: ValueError) -> None:
     click.echo(f"error: {exc}", err=True)
     sys.exit(2)
+
+
+def writable_file(option: str, path: str) -> None:
+    """Refuse, before any computation, a file ``path`` that cannot be written: its directory
+    missing or not writable, or ``path`` itself a directory (``ValueError`` naming ``option``)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise ValueError(f"{option} {path!r} is a directory; give a file name")
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path!r}: the directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path!r}: the directory {str(folder)!r} is not writable")
 
 
 @click.group(cls=CommandGroup)
@@ -535,6 +549,7 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
 
     start = time.perf_counter()
     try:
+        writable_file("--out", out)
         params = parse_params(raw)
         low = None if n_min is None else _number("n_min", n_min)
         high = None if n_max is None else _number("n_max", n_max)

@@ -26,6 +26,7 @@ def run(*args: str) -> tuple[int, str, str]:
     (["--mechanism", "krr", "--k", "3", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in (0, 40]"),
     (["--mechanism", "laplace", "--eps0", "25", "--n", "1e6", "--delta", "1e-8"], "eps0 <= 20"),
     (["--mechanism", "laplace", "--eps0", "1", "--n", "1e19", "--delta", "1e-8"], "n must be an integer in"),
+    (["--mechanism", "krr", "--k", "10", "--eps0", "2", "--n", "1e30", "--delta", "1e-8"], "n must be an integer in"),
 ])
 def test_cli_refusals_exit_2(table_path: Path, args: list[str], expected: str) -> None:
     code, out, err = run("eps", *args, "--table", str(table_path), "--json")
@@ -65,3 +66,14 @@ def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
             urllib.request.urlopen(f"{base}/v1/eps?{query}", timeout=60)
         assert err.value.code == 400
         assert expected in json.loads(err.value.read())["error"]
+
+
+def test_one_largest_n_for_table_and_engine() -> None:
+    """lookup refuses n beyond the live engine's limit even where the table's edge could answer."""
+    from lookup.api import N_LIMIT
+    from tablegen.limits import N_LIMIT as ENGINE_N_LIMIT
+
+    assert N_LIMIT == ENGINE_N_LIMIT
+    lookup.eps("krr", eps0=2.0, n=float(N_LIMIT), delta=1e-8, k=10)
+    with pytest.raises(ValueError, match="n must be an integer in"):
+        lookup.eps("krr", eps0=2.0, n=2e18, delta=1e-8, k=10)

@@ -112,3 +112,11 @@ def test_delta_far_below_double_precision_is_reported_as_the_floor():
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["delta"] == 1e-300 and data["delta_lower"] == 0.0
+
+
+def test_export_to_a_missing_directory_is_refused_before_computing(tmp_path):
+    out = tmp_path / "missing" / "x.dev"
+    result = CliRunner().invoke(main, ["export", "--device", "--mechanism", "krr", "--k", "10", "--eps0", "1.37",
+                                       "--delta", "1e-8", "--out", str(out)])
+    assert result.exit_code == 2 and "--out" in result.output and "does not exist" in result.output, result.output
+    assert not (tmp_path / "missing").exists()
