@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -237,6 +238,13 @@ def _row(text: str) -> tuple[str, dict[str, Any]]:
 def info(table: str | None, as_json: bool) -> None:
     """What a table covers: mechanisms, axis ranges, engine version, date."""
     _answer(lambda: lookup.open_table(table).coverage(), as_json)
+
+
+@main.command("c-path")
+def c_path() -> None:
+    """Print the directory holding the C99 device reader (shuffle_eps_device.h/.c and the
+    shuffle_eps_query.c example), in a source checkout or an installed wheel alike."""
+    click.echo(Path(lookup.__file__).resolve().parent / "c")
 
 
 def _answer(run: Any, as_json: bool) -> None:

@@ -99,3 +99,10 @@ def test_text_output_is_in_words(table_path: Path) -> None:
     assert code == 2 and "max_slack must be a number" in err
     code, out, _ = run("info", "--table", t)
     assert code == 0 and "eps0: 0.5 to 4 (4 grid values)" in out and "mechanisms: krr k=3, generic" in out
+
+
+def test_c_path_names_the_c_reader_sources() -> None:
+    result = CliRunner().invoke(main, ["c-path"])
+    folder = Path(result.output.strip())
+    assert result.exit_code == 0 and folder.is_dir()
+    assert {"shuffle_eps_device.h", "shuffle_eps_device.c", "shuffle_eps_query.c"} <= {p.name for p in folder.iterdir()}
