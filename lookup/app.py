@@ -365,8 +365,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             live.stop()
 
+    from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
+
     methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
-    app = Starlette(routes=[Route("/{path:path}", handle, methods=methods)], lifespan=lifespan)
+    app = Starlette(routes=[*page_routes(coverage), Route("/{path:path}", handle, methods=methods)],
+                    lifespan=lifespan)
     app.state.settings, app.state.live, app.state.metrics = settings, live, metrics
     return app
 
