@@ -133,3 +133,15 @@ def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, samp
               **params: Any) -> pld.Composite:
     """The certified PLD of one round (to be self-composed any number of times)."""
     return compose_rounds([Round(mechanism, eps0, n, params, sample_rate=sample_rate)], points)[1]
+
+
+def lattice_round(mechanism: str, *, eps0: float, n: int, discretization: float, points: int = POINTS,
+                  sample_rate: float = 1.0, **params: Any) -> pld.Composite:
+    """The certified PLD of one round on a given lattice (another library's discretization): the
+    profile sampled at about ``points`` multiples of ``discretization`` up to e_hi, as in
+    ``compose_rounds`` (which picks its lattice itself)."""
+    r = _checked([Round(mechanism, eps0, n, params, sample_rate=sample_rate)])[0]
+    discretization = validate.positive_finite("value_discretization_interval", discretization)
+    e_hi = tail_edge(r.profile, r.eps0)
+    points = validate.integer_at_least("points", points, 2, 10**5)
+    return pld.connect_dots(envelope(*sample(r.profile, e_hi, discretization, points), discretization))

@@ -37,7 +37,7 @@ FFT_ERROR = 5.0  # relative l2 error of one FFT is <= FFT_ERROR * u * log2 N (st
 SAFETY = 8.0  # factor on the a-priori floating-point bound
 CURVE_ROUNDING = 16 * UNIT_ROUNDOFF  # per round, absolute, on the connect-the-dots curve
 TRUNCATION = 1e-15  # tail mass dp-accounting may truncate per composition (added to the infinity mass)
-EXTRA = 'pip install "shuffle-eps[compose]"'
+EXTRA = "pip install 'shuffle-eps[compose]'"
 
 
 def pld_module() -> Any:

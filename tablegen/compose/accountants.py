@@ -1,0 +1,186 @@
+"""Shuffled rounds inside Google's dp-accounting (docs/accounting.md).
+
+``round_pld`` exports one round's certified privacy-loss distribution as dp-accounting's own
+``PrivacyLossDistribution``; ``ShuffledRoundEvent`` is a ``DpEvent`` for one round;
+``ShufflePLDAccountant`` and ``ShuffleRDPAccountant`` are dp-accounting's ``PLDAccountant`` and
+``RdpAccountant`` that also take that event, anywhere their parents take an event (alone, in a
+``ComposedDpEvent``, in a ``SelfComposedDpEvent``), beside Gaussian, Laplace, Poisson-sampled
+Gaussian (DP-SGD) and the rest.
+
+Neighbouring relation.  A round is certified for substitution neighbours with n public (one
+user's data replaced, docs/composition.md): dp-accounting's ``REPLACE_ONE``, and so also
+``REPLACE_SPECIAL`` (replacing a record by a special one is a substitution; dp-accounting accounts
+a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.00039 Def. 1.1).
+Under ``ADD_OR_REMOVE_ONE`` (the accountants' default) a shuffled round is refused: it changes n.
+
+What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (Doroshenko et al.,
+arXiv:2207.04380) through the convex hull of the engine's certified profile (profile.py), on
+dp-accounting's lattice (each eps rounded up to it): in exact arithmetic its hockey-stick curve
+lies above the round's exact profile at every eps, in both orders of every neighbouring pair, so
+it dominates the round and dp-accounting's compositions of it dominate the composed rounds.
+Computing its masses rounds the curve by at most ``pld.CURVE_ROUNDING`` (absolute); the exported
+PLD is mixed with weight ``eta`` into a point mass at +infinity, which lifts its curve by
+eta (1 - delta) >= that rounding at every eps >= 0 (``_lift``).  At eps < 0 the rounding is left
+(at most CURVE_ROUNDING per round, added to delta by hybrid argument): the accountants add it, by
+hand one reads eps at delta - T * CURVE_ROUNDING.  dp-accounting's FFT compositions and its eps
+read-out are as exact as dp-accounting (floating point, no a-priori bound); ``tablegen compose``
+adds its a-priori FFT bound (pld.py) and reads eps at delta minus it.  The RDP accountant adds
+``rdp_bounds`` (tablegen/engine/renyi.py, certified, with its float slack) to dp-accounting's RDP.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attr
+from dp_accounting import dp_event, privacy_accountant
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from tablegen.compose import core, pld
+from tablegen.compose.profile import POINTS
+
+NeighboringRelation = privacy_accountant.NeighboringRelation
+ErrorDetails = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
+SUBSTITUTION = (NeighboringRelation.REPLACE_ONE, NeighboringRelation.REPLACE_SPECIAL)
+DISCRETIZATION = 1e-4  # dp-accounting's default value_discretization_interval
+SAMPLING = (dp_event.PoissonSampledDpEvent, dp_event.SampledWithReplacementDpEvent,
+            dp_event.SampledWithoutReplacementDpEvent)
+
+
+def round_pld(mechanism: str, *, eps0: float, n: int, sample_rate: float = 1.0,
+              value_discretization_interval: float = DISCRETIZATION, points: int = POINTS,
+              **params: Any) -> PrivacyLossDistribution:
+    """The certified PLD of one shuffled round (each user taking part with probability
+    ``sample_rate``) as a pessimistic dp-accounting ``PrivacyLossDistribution``, symmetric (one
+    PLD bounds both orders of every pair: dp-accounting's REMOVE and ADD directions alike), on the
+    lattice ``value_discretization_interval`` so that it composes with dp-accounting's PLDs:
+    ``round_pld(...).self_compose(365).compose(from_gaussian_mechanism(...))``."""
+    composite = core.lattice_round(mechanism, eps0=eps0, n=n, discretization=value_discretization_interval,
+                                   points=points, sample_rate=sample_rate, **params)
+    return _lift(PrivacyLossDistribution(composite.pmf), value_discretization_interval)
+
+
+def _lift(loss: PrivacyLossDistribution, discretization: float) -> PrivacyLossDistribution:
+    """``loss`` mixed with weight eta into a point mass at +infinity: delta becomes
+    delta + eta (1 - delta).  With c = CURVE_ROUNDING and d0 the computed delta at eps = 0,
+    eta = c / (1 - d0 - c) gives eta (1 - delta) >= c (1 - eta) at every eps >= 0 (where the exact
+    delta <= d0 + c): the lifted curve is above the exact one there despite the rounding."""
+    c = pld.CURVE_ROUNDING
+    gap = 1.0 - float(loss.get_delta_for_epsilon(0.0)) - c
+    eta = 1.0 if gap <= c else min(1.0, 2 * c / gap)  # twice: the division and subtraction round too
+    infinite = PrivacyLossDistribution.create_from_rounded_probability({0: 0.0}, 1.0, discretization)
+    return loss.compute_mixture(infinite, 1.0 - eta)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ShuffledRoundEvent(dp_event.DpEvent):
+    """One shuffled round: every user (each with probability ``sample_rate``, Poisson) sends one
+    report of the eps0-LDP randomizer ``mechanism`` (parameters ``params``, e.g. {"k": 10}); the
+    n reports (n public) are shuffled.  Certified for substitution neighbours (REPLACE_ONE,
+    REPLACE_SPECIAL) by ``tablegen.engine`` (arXiv:2504.07414; docs/engine.md)."""
+
+    mechanism: str
+    eps0: float
+    n: int
+    params: dict[str, Any] | None = None
+    sample_rate: float = 1.0
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **(self.params or {})}
+
+
+def _refusal(accountant: privacy_accountant.PrivacyAccountant, event: dp_event.DpEvent) -> ErrorDetails | None:
+    """Why ``event`` (a shuffled round, or one inside a sampling event) cannot be accounted here."""
+    if isinstance(event, SAMPLING) and _holds_round(event.event):
+        return ErrorDetails(event, f"a ShuffledRoundEvent inside {type(event).__name__} cannot be expressed in "
+                                   "dp-accounting (its sampled events take Gaussian or Laplace only); give the rate "
+                                   "to the round itself: ShuffledRoundEvent(..., sample_rate=q) (Poisson sampling "
+                                   "of users, certified)")
+    if isinstance(event, ShuffledRoundEvent) and accountant.neighboring_relation not in SUBSTITUTION:
+        return ErrorDetails(event, "a ShuffledRoundEvent is certified for substitution neighbours (n public), not "
+                                   f"{accountant.neighboring_relation}: construct the accountant with "
+                                   "neighboring_relation=NeighboringRelation.REPLACE_SPECIAL (a Poisson-sampled "
+                                   "Gaussian is accounted as under add/remove) or REPLACE_ONE")
+    return None
+
+
+def _holds_round(event: dp_event.DpEvent) -> bool:
+    if isinstance(event, ShuffledRoundEvent):
+        return True
+    if isinstance(event, dp_event.ComposedDpEvent):
+        return any(_holds_round(e) for e in event.events)
+    return isinstance(event, (dp_event.SelfComposedDpEvent, *SAMPLING)) and _holds_round(event.event)
+
+
+class ShufflePLDAccountant(pld_privacy_accountant.PLDAccountant):
+    """dp-accounting's PLD accountant that also composes ``ShuffledRoundEvent`` (``round_pld`` on
+    its lattice, self-composed ``count`` times); at eps < 0 each round's curve rounding
+    (``pld.CURVE_ROUNDING``) is added to delta before eps is read (module docstring)."""
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
+                 value_discretization_interval: float = DISCRETIZATION) -> None:
+        super().__init__(neighboring_relation, value_discretization_interval)
+        self._shift = 0.0
+        self._rounds: dict[str, PrivacyLossDistribution] = {}
+
+    def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
+        refusal = _refusal(self, event)
+        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
+            return refusal or super()._maybe_compose(event, count, do_compose)
+        key = repr(event)  # computed (and its input checked) before dp-accounting's ledger records it
+        if key not in self._rounds:
+            lattice = self._value_discretization_interval
+            self._rounds[key] = round_pld(event.mechanism, value_discretization_interval=lattice, **event.kwargs())
+        if do_compose and count > 0:
+            self._pld = self._pld.compose(self._rounds[key].self_compose(count))
+            self._shift += count * pld.CURVE_ROUNDING
+        return None
+
+    def get_epsilon(self, target_delta: float) -> float:
+        if target_delta <= self._shift:
+            return math.inf
+        return super().get_epsilon(target_delta - self._shift)
+
+    def get_delta(self, target_epsilon: float) -> float:
+        return min(1.0, super().get_delta(target_epsilon) + self._shift)
+
+
+class ShuffleRDPAccountant(rdp_privacy_accountant.RdpAccountant):
+    """dp-accounting's RDP accountant that also composes ``ShuffledRoundEvent``: ``count`` times the
+    round's certified Rényi divergences at the accountant's orders (``rdp_bounds``, both orders of
+    every pair, docs/renyi.md).  Refuses (eps0, delta0)-LDP rounds, whose divergence can be infinite."""
+
+    def __init__(self, orders: Any = None,
+                 neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE) -> None:
+        super().__init__(orders, neighboring_relation)
+        self._rounds: dict[str, Any] = {}
+
+    def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
+        refusal = _refusal(self, event)
+        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
+            return refusal or super()._maybe_compose(event, count, do_compose)
+        key = repr(event)  # computed (and its input checked) before dp-accounting's ledger records it
+        if key not in self._rounds:
+            self._rounds[key] = round_rdp(event, self._orders)
+        if do_compose:
+            self._rdp = self._rdp + count * self._rounds[key]
+        return None
+
+
+def round_rdp(event: ShuffledRoundEvent, orders: Any) -> Any:
+    """Certified Rényi divergences of one round at ``orders`` (numpy array)."""
+    import numpy as np
+
+    from tablegen.engine.renyi import rdp_bounds
+    from tablegen.mechanisms import get_mechanism
+    from tablegen.mechanisms.subsample import subsampled
+
+    mechanism: Any = event.mechanism
+    if event.sample_rate != 1:
+        mechanism = subsampled(get_mechanism(event.mechanism), event.sample_rate)
+    bounds = rdp_bounds(mechanism, eps0=event.eps0, n=event.n, orders=list(orders), lower=False,
+                        **(event.params or {}))
+    return np.asarray(bounds.rdp)
