@@ -27,6 +27,7 @@ from lookup.table import Table, TableError, open_table
 
 MAX_SLACK = 0.02  # default: table answers estimated more than 2% above the live value are refined
 MAX_SLACK_EPS0 = 0.01  # eps0_max's default: its answers stay within 1% below the engine's eps0_max
+CLOSED_FORM = "generic-closed-form"  # Theorem 3.1 of arXiv:2012.12803, computed for any eps0-LDP randomizer
 SOURCE = "<U18"  # "table", "certified estimate", "live"
 
 
@@ -58,6 +59,8 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     if rounds is not None:
         return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds,
                          sample_rate=sample_rate)
+    if mechanism == CLOSED_FORM:
+        return _closed_form(params, table, live, eps0=eps0, n=n, delta=delta)
     if table is None:
         table = default_table()
     if isinstance(table, Table) and all(type(v) in (float, int) for v in (eps0, n, delta)):
@@ -93,6 +96,25 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
 
 
+def _closed_form(params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
+    """``eps("generic-closed-form", ...)``: the closed form of Feldman, McMillan and Talwar
+    (arXiv:2012.12803, Theorem 3.1) for any eps0-LDP randomizer, as ``tablegen compute`` answers
+    it (computed, never read from a table; no lower bound)."""
+    if params:
+        raise ValueError(f"{CLOSED_FORM} takes no mechanism parameters, got {', '.join(sorted(params))}")
+    q = _Queries(CLOSED_FORM, params, table, **args)
+    value = q.nan()
+
+    def compute(i: int) -> tuple[float, float]:
+        from tablegen.mechanisms.generic import closed_form_eps
+
+        point = q.point(i)
+        return closed_form_eps(point["eps0"], int(point["n"]), point["delta"]), math.nan
+
+    source = q.live(live, np.ones(q.size, bool), compute, value, q.nan())
+    return q.answer(value, q.nan(), source, q.grid(None, source, delta=True), q.nan(), np.zeros(q.size, bool))
+
+
 def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
     """``eps(..., rounds=T)``: one scalar query, the composition code imported only here."""
     from lookup import composed
@@ -111,6 +133,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
     """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation where the
     table's slack estimate exceeds ``max_slack``."""
     max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
     value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     c = None
@@ -128,6 +151,7 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
     """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
     refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
     max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
     value, slack, outside, edge = q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
     if q.rows is not None:
@@ -177,6 +201,11 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     grid = {"eps0": table.axis_lists[0][cell.eps0_up], "n": table.axis_lists[1][cell.n_down],
             "delta": deltas[cell.lo], "delta_upper": deltas[cell.hi]}
     return Answer(value, lower, "table", grid, slack, cell.edge)
+
+
+def _eps_only(mechanism: str) -> None:
+    if mechanism == CLOSED_FORM:
+        raise ValueError(f"mechanism={CLOSED_FORM} answers eps only (the closed form gives eps at delta)")
 
 
 @functools.cache

@@ -25,11 +25,12 @@ import collections
 import contextlib
 import hashlib
 import json
+import math
+import operator
 import os
+import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -41,8 +42,11 @@ from starlette.routing import Route
 
 import lookup
 from lookup import live as live_engine
-from lookup.api import finite, json_ready, loose, parse_max_slack
+from lookup import slices
+from lookup.api import KEYS, finite, json_ready, loose, parse_max_slack
+from lookup.device import canonical
 from lookup.params import HELP, query_arguments
+from lookup.pool import Busy, Pool, worker_table
 from lookup.table import Table, TableError, open_table
 
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
@@ -52,6 +56,7 @@ ENDPOINTS = {
     "/v1/delta": ("delta", ("eps0", "n", "eps")),
     "/v1/eps0-max": ("eps0_max", ("eps", "n", "delta")),
 }
+ENDPOINT_VALUE = {"eps": "eps", "delta": "delta", "eps0_max": "eps0"}  # the answer's key of each kind
 PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/metrics", "/openapi.json"]
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes for a given table
@@ -64,146 +69,135 @@ class Settings:
     table: str | None = None  # table store (None: the shipped table)
     live_workers: int = 2  # worker processes computing live answers
     queue: int = 8  # live tasks admitted at once, running or waiting (more: 503 + Retry-After)
-    live_timeout: float = 30.0  # seconds a live task may run (more: 503, its pool replaced)
+    live_timeout: float = 30.0  # seconds of run time a live task may take (more: 503 for it alone)
     memory_mb: int = 4096  # address-space limit of each worker process (0: none)
     cache_size: int = 4096  # live answers kept (LRU)
     retry_after: int = 5  # seconds, the Retry-After of a 503
+    refine_budget: float = 0.02  # seconds a table answer waits for its refinement (then: "refined": false)
+    slice_cache: int = 64  # eps0 slices kept (LRU, lookup/slices.py; 0: none computed)
+    slice_timeout: float = 120.0  # seconds of run time an eps0 slice may take
 
     def check(self) -> Settings:
         if self.live_workers < 1 or self.queue < 1 or not self.live_timeout > 0 or self.cache_size < 0 \
-                or self.memory_mb < 0 or self.retry_after < 0:
-            raise ValueError("live_workers and queue must be >= 1, live_timeout > 0, memory_mb, cache_size "
-                             "and retry_after >= 0")
+                or self.memory_mb < 0 or self.retry_after < 0 or not self.refine_budget >= 0 \
+                or self.slice_cache < 0 or not self.slice_timeout > 0:
+            raise ValueError("live_workers and queue must be >= 1, live_timeout and slice_timeout > 0, memory_mb, "
+                             "cache_size, retry_after, refine_budget and slice_cache >= 0")
         return self
 
 
-class Busy(Exception):
-    """Live work refused or abandoned: answered 503 with Retry-After."""
-
-
 class Refused(ValueError):
-    """A bad request answered with a status other than 400."""
+    """A bad request answered with a status other than 400 (``headers``: e.g. Allow of a 405)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers
 
 
-# ---------------------------------------------------------------- worker processes
-
-_WORKER_TABLE: Table | None = None
-
-
-def _worker_start(table: str | None, memory_mb: int) -> None:
-    """A worker process: address-space limit, the table opened once."""
-    global _WORKER_TABLE
-    if memory_mb:
-        import resource
-
-        limit = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    _WORKER_TABLE = open_table(table)
-
-
-def _worker_ready() -> int:
-    return os.getpid()
-
+# ---------------------------------------------------------------- worker tasks
 
 def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> dict[str, Any]:
     """The library's answer with live computation on (runs in a worker process)."""
-    answer = getattr(lookup, kind)(mechanism, table=_WORKER_TABLE, live=True, max_slack=max_slack, **kwargs)
+    answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs)
     return json_ready(kind, answer)
 
 
-# ---------------------------------------------------------------- the live pool
+# ---------------------------------------------------------------- refinement that never waits
 
-class LivePool:
-    """Worker processes behind a bounded admission count, with a time limit per task and an LRU
-    cache of answers (identical queries in flight share one task)."""
+class Refiner:
+    """Table answers whose slack estimate is above ``max_slack``, made better without making
+    anyone wait: an eps question is read from its eps0 slice when one is kept
+    (``lookup/slices.py``; the first question at an eps0 starts its computation in a worker),
+    else the library's refinement is started in a worker and waited for ``refine_budget``
+    seconds.  Whatever is not ready by then, or finds no free place, is answered from the table
+    at once, certified, with its slack estimate and ``"refined": false``; the refinement goes on
+    and its answer is kept for the next question."""
 
-    def __init__(self, settings: Settings, key_prefix: str) -> None:
-        self.settings = settings
-        self.key_prefix = key_prefix
-        self.pool: ProcessPoolExecutor | None = None
-        self.admitted = 0
-        self.cache: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-        self.inflight: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self.replaced = 0
-        self.cache_hits = 0
+    def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str) -> None:
+        self.settings, self.pool, self.table, self.prefix = settings, pool, table, prefix
+        self.slices = slices.SliceCache(settings.slice_cache)
+        self.failed: set[str] = set()  # slices the engine refused (not tried again)
+        self.axes: tuple[list[int], list[float]] | None = None
 
-    def start(self) -> None:
-        import multiprocessing
+    def key(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> str:
+        """The pool's key of a query: the table, the engine version and the canonical query."""
+        return json.dumps([self.prefix, kind, mechanism, kwargs, max_slack], sort_keys=True, default=str)
 
-        self.pool = ProcessPoolExecutor(
-            self.settings.live_workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_start, initargs=(self.settings.table, self.settings.memory_mb))
-        for _ in range(self.settings.live_workers):  # start the workers now, not on the first live query
-            self.pool.submit(_worker_ready)
-
-    def stop(self) -> None:
-        if self.pool is not None:
-            self._kill(self.pool)
-            self.pool = None
-
-    @staticmethod
-    def _kill(pool: ProcessPoolExecutor) -> None:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            with contextlib.suppress(Exception):
-                process.kill()
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        """A new pool for the one whose worker overran or died (its other tasks fail with 503)."""
-        if self.pool is broken:
-            self.replaced += 1
-            self._kill(broken)
-            self.start()
-
-    async def answer(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> dict:
-        key = json.dumps([self.key_prefix, kind, mechanism, kwargs, max_slack], sort_keys=True, default=str)
-        if key in self.cache:
-            self.cache.move_to_end(key)
-            self.cache_hits += 1
-            return self.cache[key]
-        if key in self.inflight:
-            return await asyncio.shield(self.inflight[key])
-        if self.admitted >= self.settings.queue:
-            raise Busy(f"all {self.settings.queue} live computation places are taken; retry later")
-        self.admitted += 1
-        task = asyncio.ensure_future(self._compute(key, kind, mechanism, kwargs, max_slack))
-        self.inflight[key] = task
-        return await asyncio.shield(task)  # a client hanging up does not cancel the shared task
-
-    async def _compute(self, key: str, kind: str, mechanism: str, kwargs: dict[str, Any],
-                       max_slack: float | None) -> dict[str, Any]:
-        pool = self.pool
-        try:
-            if pool is None:
-                raise Busy("the server is shutting down")
+    async def improve(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
+                      body: dict[str, Any]) -> dict[str, Any]:
+        if kind == "eps":
+            body = self.from_slice(mechanism, kwargs, body)
+            if not _loose(body, max_slack):
+                return body
+        key = self.key(kind, mechanism, kwargs, max_slack)
+        refined = self.pool.cached(key)
+        if refined is None:
             try:
-                future = pool.submit(_worker_answer, kind, mechanism, kwargs, max_slack)
-            except (BrokenProcessPool, RuntimeError):
-                self._replace(pool)
-                raise Busy("live workers are restarting; retry later") from None
-            try:
-                result = await asyncio.wait_for(asyncio.wrap_future(future), self.settings.live_timeout)
-            except TimeoutError:
-                self._replace(pool)
-                raise Busy(f"live computation exceeded {self.settings.live_timeout:g} s; retry later") from None
-            except BrokenProcessPool:
-                self._replace(pool)
-                raise Busy("a live worker died (memory limit?); retry later") from None
-            except MemoryError:
-                raise Busy(f"live computation exceeded the {self.settings.memory_mb} MB memory limit") from None
-            if self.settings.cache_size:
-                self.cache[key] = result
-                while len(self.cache) > self.settings.cache_size:
-                    self.cache.popitem(last=False)
-            return result
-        finally:
-            self.admitted -= 1
-            self.inflight.pop(key, None)
+                future = self.pool.submit(key, "background", self.settings.live_timeout, _worker_answer, kind,
+                                          mechanism, kwargs, max_slack)
+            except Busy:
+                return {**body, "refined": False}
+            done, _ = await asyncio.wait({future}, timeout=self.settings.refine_budget)
+            if not done or future.exception() is not None:
+                return {**body, "refined": False}
+            refined = future.result()
+        self.check(kind, mechanism, kwargs, body, refined.get("eps_lower"), "a live refinement's proved lower bound")
+        better = {"eps": operator.le, "delta": operator.le, "eps0_max": operator.ge}[kind]
+        name = ENDPOINT_VALUE[kind]
+        return refined if better(refined[name], body[name]) else body
+
+    def from_slice(self, mechanism: str, kwargs: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` read from the slice at the query's eps0 where one is kept and better."""
+        params = {k: v for k, v in kwargs.items() if k in HELP}
+        key = json.dumps(["slice", self.prefix, mechanism, canonical(params), kwargs["eps0"]])
+        found = self.slices.get(key) if self.settings.slice_cache else None
+        if found is None:
+            if self.settings.slice_cache:
+                self.start_slice(key, mechanism, params, kwargs["eps0"])
+            return body
+        read = found.answer(kwargs["n"], kwargs["delta"])
+        if read is None or read[0] >= body["eps"]:
+            return body
+        value, slack, corner = read
+        self.check("eps", mechanism, kwargs, {"eps": value}, body.get("eps_lower"), "the table's lower bound",
+                   upper_is_engine=True)
+        return {**body, "eps": value, "source": "slice", "corner": corner, "slack": slack, "edge": False}
+
+    def start_slice(self, key: str, mechanism: str, params: dict[str, Any], eps0: float) -> None:
+        """The slice ``key`` computed in a worker if a background place is free."""
+        if key in self.failed or key in self.pool.inflight or not self.pool.has_room("background"):
+            return
+        if self.axes is None:
+            self.axes = slices.axes(self.table)
+        ns, deltas = self.axes
+
+        def done(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                if len(self.failed) > 4096:
+                    self.failed.clear()
+                self.failed.add(key)
+            else:
+                self.slices.put(key, slices.Slice(eps0, ns, deltas, future.result()))
+
+        future = self.pool.submit(key, "background", self.settings.slice_timeout, slices.compute, mechanism, params,
+                                  eps0, ns, deltas, keep=False)
+        future.add_done_callback(done)
+
+    def check(self, kind: str, mechanism: str, kwargs: dict[str, Any], upper: dict[str, Any], lower: Any,
+              what: str, upper_is_engine: bool = False) -> None:
+        """A certified eps below a lower bound at the same point proves one of them wrong: the
+        table's (``lookup.trust.refute``, where the trust module has it; the service then answers
+        the engine's value).  ``upper_is_engine``: the upper bound is the engine's, the lower the
+        table's; else the lower bound is the engine's and the upper the table's."""
+        from lookup import trust
+
+        if kind != "eps" or lower is None or not lower > upper["eps"] or not hasattr(trust, "refute"):
+            return
+        point = " ".join(f"{k}={v!r}" for k, v in {"mechanism": mechanism, **kwargs}.items())
+        source = ("the engine's certified eps", "the table's lower bound") if upper_is_engine else \
+            ("the table's eps", what)
+        with contextlib.suppress(TableError):
+            trust.refute(self.table, f"at {point} {source[0]} {upper['eps']!r} is below {source[1]} {lower!r}")
 
 
 # ---------------------------------------------------------------- metrics
@@ -227,7 +221,7 @@ class Metrics:
             counts[-1] += 1
         self.latency_sum[source] += seconds
 
-    def text(self, live: LivePool) -> str:
+    def text(self, live: Pool, sliced: slices.SliceCache) -> str:
         lines = ["# HELP lookup_requests_total HTTP requests by endpoint, status and source of the answer.",
                  "# TYPE lookup_requests_total counter"]
         for (endpoint, status, source), count in sorted(self.requests.items()):
@@ -241,13 +235,20 @@ class Metrics:
                 lines.append(f'lookup_request_seconds_bucket{{source="{source}",le="{bound}"}} {total}')
             lines.append(f'lookup_request_seconds_sum{{source="{source}"}} {self.latency_sum[source]!r}')
             lines.append(f'lookup_request_seconds_count{{source="{source}"}} {total}')
-        gauges = [("lookup_live_queue", "Live tasks admitted (running or waiting).", "gauge", live.admitted),
-                  ("lookup_live_queue_limit", "Live tasks admitted at most.", "gauge", live.settings.queue),
-                  ("lookup_live_workers", "Worker processes of the live pool.", "gauge", live.settings.live_workers),
+        gauges = [("lookup_live_queue", "Live tasks admitted (running or waiting).", "gauge", live.admitted["answer"]),
+                  ("lookup_live_queue_limit", "Live tasks admitted at most.", "gauge", live.queue),
+                  ("lookup_background_tasks", "Refinements and eps0 slices admitted.", "gauge",
+                   live.admitted["background"]),
+                  ("lookup_live_workers", "Worker processes of the live pool.", "gauge", live.workers),
                   ("lookup_live_cache_entries", "Live answers in the LRU cache.", "gauge", len(live.cache)),
-                  ("lookup_live_cache_hits_total", "Live answers served from the cache.", "counter", live.cache_hits),
-                  ("lookup_live_pool_replaced_total", "Live pools replaced after a timeout or a dead worker.",
-                   "counter", live.replaced)]
+                  ("lookup_live_cache_hits_total", "Live answers served from the cache.", "counter",
+                   live.counts["cache_hits"]),
+                  ("lookup_live_timeouts_total", "Tasks ended (their worker alone replaced) past their time limit.",
+                   "counter", live.counts["timeouts"]),
+                  ("lookup_live_worker_deaths_total", "Tasks whose worker died (memory limit, crash).", "counter",
+                   live.counts["deaths"]),
+                  ("lookup_slices", "eps0 slices kept.", "gauge", len(sliced.slices)),
+                  ("lookup_slice_hits_total", "Answers read from an eps0 slice.", "counter", sliced.hits)]
         for name, help_text, kind, value in gauges:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
         return "\n".join(lines) + "\n"
@@ -265,7 +266,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
     table_tag = table.digest[:16] or hashlib.sha256(json.dumps(coverage, sort_keys=True, default=str).encode()
                                                    ).hexdigest()[:16]
     engine_version = _engine_version()
-    live = LivePool(settings, f"{table_tag}/{engine_version}")
+    live = Pool(settings.live_workers, settings.queue, settings.live_workers, settings.cache_size, settings.table,
+                settings.memory_mb)
+    refiner = Refiner(settings, live, table, f"{table_tag}/{engine_version}")
     metrics = Metrics()
     validate = _mechanism_validator()
 
@@ -292,25 +295,25 @@ def create_app(settings: Settings | None = None) -> Starlette:
         mechanism = raw["mechanism"]
         call = getattr(lookup, kind)
         try:  # the table alone, here in the event loop: microseconds, never the engine
-            result = call(mechanism, table=table, live=False, max_slack=max_slack, **kwargs)
+            result = call(mechanism, table=table, live=False, max_slack=None, **kwargs)
         except TableError:
             if not allow_live or not live_engine.available():
                 raise
-            result = None
-        needs_live = result is None or (allow_live and max_slack is not None and live_engine.available()
-                                        and bool(loose(result.source, result.slack, max_slack).any()))
-        if not needs_live:
-            body = json_ready(kind, result)
-            data = json.dumps(finite(body)).encode()
-            etag = f'"{hashlib.sha256(table_tag.encode() + data).hexdigest()[:32]}"'
-            headers = {"ETag": etag, "Cache-Control": TABLE_CACHE_CONTROL}
-            if etag in _etags(request.headers.get("if-none-match")):
-                return Response(status_code=304, headers=headers), "table"
-            return Response(data, 200, headers, media_type="application/json"), "table"
-        validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # 400 before admission
-                 {k: v for k, v in kwargs.items() if k not in HELP})
-        body = await live.answer(kind, mechanism, kwargs, max_slack)
-        return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+            validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # 400 before admission
+                     {k: v for k, v in kwargs.items() if k not in HELP})
+            body = await live.result(refiner.key(kind, mechanism, kwargs, max_slack), "answer", settings.live_timeout,
+                                     _worker_answer, kind, mechanism, kwargs, max_slack)
+            return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+        body = json_ready(kind, result)
+        if allow_live and live_engine.available() and _loose(body, max_slack):
+            body = await refiner.improve(kind, mechanism, kwargs, max_slack, body)
+            return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+        data = json.dumps(finite(body)).encode()
+        etag = f'"{hashlib.sha256(table_tag.encode() + data).hexdigest()[:32]}"'
+        headers = {"ETag": etag, "Cache-Control": TABLE_CACHE_CONTROL}
+        if etag in _etags(request.headers.get("if-none-match")):
+            return Response(status_code=304, headers=headers), "table"
+        return Response(data, 200, headers, media_type="application/json"), "table"
 
     async def handle(request: Request) -> Response:
         start = time.perf_counter()
@@ -322,12 +325,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
             response = error(503, str(err), {"Retry-After": str(settings.retry_after)})
             source = "busy"
         except Refused as err:
-            response = error(err.status, str(err))
+            response = error(err.status, str(err), err.headers)
         except (ValueError, TableError) as err:
-            response = error(400, str(err))
+            response = error(400, _named(str(err), request))
         except Exception as err:  # noqa: BLE001 - no request may take the server down
             print(f"lookup serve: unexpected {type(err).__name__}: {err}", file=sys.stderr)
-            response = error(400, f"cannot answer this request: {err}")
+            response = error(400, _named("", request))
         metrics.observe(endpoint, response.status_code, source, time.perf_counter() - start)
         return response
 
@@ -336,7 +339,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         if path not in PATHS:
             raise Refused(404, f"unknown path {path!r}; use {', '.join(PATHS)}")
         if request.method not in ("GET", "HEAD"):
-            raise Refused(405, "read-only endpoint: GET only")
+            raise Refused(405, "read-only endpoint: GET and HEAD only", {"Allow": "GET, HEAD"})
         if len(request.scope.get("raw_path", b"")) + len(request.scope["query_string"]) + 1 > MAX_URL:
             raise Refused(414, f"request URL longer than {MAX_URL} characters")
         if (request.headers.get("content-length") or "0").strip() != "0" or \
@@ -353,9 +356,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return respond(200, openapi()), "info"
         if path == "/healthz":
             ok = live.pool is not None
-            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "live_queue": live.admitted,
+            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping",
+                                                "live_queue": live.admitted["answer"],
                                                 "queue_limit": settings.queue}), "health"
-        return Response(metrics.text(live), 200, media_type="text/plain; version=0.0.4"), "metrics"
+        return Response(metrics.text(live, refiner.slices), 200, media_type="text/plain; version=0.0.4"), "metrics"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
@@ -367,38 +371,81 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 
-    methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+    methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"]
     app = Starlette(routes=[*page_routes(coverage), Route("/{path:path}", handle, methods=methods)],
                     lifespan=lifespan)
     app.state.settings, app.state.live, app.state.metrics = settings, live, metrics
     return app
 
 
-NUMBER_HELP = {"eps0": "local privacy parameter, > 0", "n": "number of users (1e6 accepted)",
-               "delta": "target delta in (0, 1)", "eps": "target eps >= 0"}
+MECHANISMS = ("krr", "generic", "generic-closed-form", "blh", "olh", "rappor", "oue", "hr", "laplace", "finite",
+              "joint", "parallel")  # the engine's registry and the closed form (a test keeps it equal)
+NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the engine's limits check
+    "eps0": ("local privacy parameter", {"type": "number", "exclusiveMinimum": 0, "maximum": 40}),
+    "n": ("number of users, an integer (1e6 accepted)", {"type": "number", "minimum": 1, "maximum": 1e18,
+                                                         "multipleOf": 1}),
+    "delta": ("target delta", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+    "eps": ("target eps", {"type": "number", "minimum": 0, "maximum": 1e300}),
+}
+PARAMS = {  # the mechanism parameters' schemas (lookup.params.HELP says what each one is)
+    "k": {"type": "integer", "minimum": 2}, "g": {"type": "integer", "minimum": 2},
+    "domain": {"type": "integer", "minimum": 2}, "delta0": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+    "matrix": {"type": "string"}, "base": {"type": "string", "enum": list(MECHANISMS)},
+    "parts": {"type": "integer", "minimum": 1}, "bases": {"type": "string"}, "weights": {"type": "string"},
+}
+NULLABLE = {"type": ["number", "null"]}
+ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
 
 def openapi() -> dict[str, Any]:
     """The OpenAPI 3.1 description of the endpoints, built from the same tables the handler uses
-    (``ENDPOINTS``, the mechanism parameters of ``lookup.params.HELP``), so it cannot drift."""
-    def parameter(name: str, required: bool, text: str) -> dict[str, Any]:
-        return {"name": name, "in": "query", "required": required, "description": text, "schema": {"type": "string"}}
+    (``ENDPOINTS``, the mechanism parameters of ``lookup.params.HELP``), so it cannot drift: typed
+    and ranged parameters, and the media type and schema of every status the server answers."""
+    def parameter(name: str, required: bool, text: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": required, "description": text, "schema": schema}
 
-    common = [parameter("mechanism", True, "krr, generic, blh, olh, rappor, oue, hr, laplace, finite, joint, parallel"),
-              *(parameter(name, False, text) for name, text in HELP.items()),
-              parameter("live", False, "true (default): compute live off the table; false: refuse instead"),
-              parameter("max_slack", False, "refine answers whose slack estimate is above this; none: table only")]
-    answers = {"200": {"description": "certified answer (JSON as `lookup ... --json`)"},
-               "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
-               "400": {"description": "bad request: the message names the parameter"},
-               "503": {"description": "live work queue full or over its limits: retry after Retry-After seconds"}}
-    paths = {path: {"get": {"operationId": kind, "summary": f"certified {kind.replace('_', '-')}",
-                            "parameters": [*(parameter(n, True, NUMBER_HELP[n]) for n in required), *common],
-                            "responses": answers}}
-             for path, (kind, required) in ENDPOINTS.items()}
-    for path, text in (("/v1/info", "what the table covers"), ("/healthz", "liveness and the live queue"),
-                       ("/metrics", "Prometheus text format"), ("/openapi.json", "this description")):
-        paths[path] = {"get": {"summary": text, "responses": {"200": {"description": text}}}}
+    def json_body(schema: dict[str, Any], text: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"description": text, "content": {"application/json": {"schema": schema}}, **(
+            {"headers": headers} if headers else {})}
+
+    retry = {"Retry-After": {"description": "seconds", "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+    refusals = {"400": json_body(ERROR, "bad request: the message names the parameter"),
+                "405": json_body(ERROR, "read-only: GET and HEAD only", {"Allow": {"schema": {"type": "string"}}}),
+                "413": json_body(ERROR, "a request with a body"), "414": json_body(ERROR, "URL over 2048 characters"),
+                "default": json_body(ERROR, "404: unknown path")}
+    common = [parameter("mechanism", True, "the local randomizer", {"type": "string", "enum": list(MECHANISMS)}),
+              *(parameter(name, False, text, PARAMS[name]) for name, text in HELP.items()),
+              parameter("live", False, "true (default): compute live off the table; false: refuse instead",
+                        {"type": "boolean"}),
+              parameter("max_slack", False, "refine answers whose slack estimate is above this; none: table only",
+                        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "enum": ["none"]}]})]
+    paths = {}
+    for path, (kind, required) in ENDPOINTS.items():
+        value, lower = KEYS[kind]
+        answer = {"type": "object", "required": [value, "certified", "source", "slack", "edge"], "properties": {
+            value: {"type": "number"}, **({lower: NULLABLE} if lower else {}), "certified": {"type": "boolean"},
+            "source": {"type": "string", "enum": ["table", "slice", "certified estimate", "live"]},
+            "corner": {"type": "object", "additionalProperties": NULLABLE}, "slack": NULLABLE,
+            "edge": {"type": "boolean"}, "refined": {"type": "boolean"}}}
+        responses = {"200": json_body(answer, "certified answer (JSON as `lookup ... --json`; \"refined\": false: "
+                                      "the table's, its refinement not ready)"),
+                     "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
+                     "503": json_body(ERROR, "live work queue full or over its limits", retry), **refusals}
+        numbers = [parameter(n, True, NUMBERS[n][0], NUMBERS[n][1]) for n in required]
+        paths[path] = {"get": {"operationId": kind, "summary": f"certified {kind.replace('_', '-')}",
+                               "parameters": [*numbers, *common], "responses": responses}}
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    plain = {"200": {"description": "Prometheus text format", "content": text}, **refusals}
+    health = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+    for path, text, responses in (
+            ("/v1/info", "what the table covers", {"200": json_body({"type": "object"}, "coverage"), **refusals}),
+            ("/healthz", "liveness and the live queue", {"200": json_body(health, "serving"),
+                                                         "503": json_body(health, "stopping", retry), **refusals}),
+            ("/metrics", "counters and latencies", plain),
+            ("/openapi.json", "this description", {"200": json_body({"type": "object"}, "OpenAPI 3.1"),
+                                                   **refusals})):
+        paths[path] = {"get": {"operationId": path.strip("/").replace("/", "_").replace(".", "_"), "summary": text,
+                               "responses": responses}}
     return {"openapi": "3.1.0", "info": {"title": "shuffle-eps lookup", "version": lookup.__version__}, "paths": paths}
 
 
@@ -440,9 +487,29 @@ def _mechanism_validator() -> Any:
 
 def _source(body: dict[str, Any]) -> str:
     source = body.get("source")
+    if body.get("refined") is False:
+        return "unrefined"
     if isinstance(source, str):
         return "refined" if source == "certified estimate" else source
     return "live"
+
+
+def _loose(body: dict[str, Any], max_slack: float | None) -> bool:
+    """Whether a table answer's slack estimate is above ``max_slack`` or unknown."""
+    return bool(loose(body["source"], math.nan if body["slack"] is None else body["slack"], max_slack).any())
+
+
+def _named(message: str, request: Request) -> str:
+    """``message`` where it names a parameter of the request (or the path, the mechanism); else (a
+    library's own words, e.g. numpy's) one that names the query's numbers instead."""
+    given = [name for name, _ in parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True)]
+    words = {*given, "mechanism", "parameter", "path", "URL", "query", "table", "GET", "matrix"}
+    if message and any(re.search(rf"\b{re.escape(word)}\b", message) for word in words):
+        return message
+    numbers = ", ".join(f"{k}={v}" for k, v in parse_qsl(request.scope["query_string"].decode("latin-1"))
+                        if k in NUMBERS)
+    return (f"the engine cannot compute at {numbers or 'these values'}: outside its numerical range (eps0, n, delta "
+            f"or eps too small or too large for this mechanism); the table covers the ranges of /v1/info")
 
 
 def _etags(header: str | None) -> set[str]:

@@ -34,8 +34,10 @@ def query_options(func: Any) -> Any:
                           f"{MAX_SLACK:g}, {MAX_SLACK_EPS0:g} for eps0-max; 'none': table only)"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
         click.option("--trusted-key", "trusted_key", multiple=True,
-                     help="Ed25519 public key (PEM) whose signed tables need no spot certification (repeatable; "
-                          "also $SHUFFLE_EPS_TRUSTED_KEYS)"),
+                     help="Ed25519 public key (PEM) whose signed tables are trusted; once one is given, only "
+                          "shipped or signed tables are answered from (repeatable; also $SHUFFLE_EPS_TRUSTED_KEYS)"),
+        click.option("--unverified", is_flag=True,
+                     help='answer from a table nothing vouches for, labelled "certified": false (docs/trust.md)'),
     ]
     for option in reversed(options):
         func = option(func)
@@ -91,12 +93,17 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
     if keys:  # read by lookup.trust when the table is opened
         os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
 
+    unverified = raw.pop("unverified", False)
+
     def run() -> dict[str, Any]:
         arguments = query_arguments(numbers, raw)
-        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,
+        opened = lookup.open_table(table, verified=False) if unverified else table  # lookup.trust: provenance
+        answer = getattr(lookup, kind)(mechanism, table=opened, live=not no_live,
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
         rounds, rate = arguments.get("rounds"), arguments.get("sample_rate")
         out = json_ready(kind, answer, int(rounds) if rounds is not None else None)
+        if unverified and not opened.certified:
+            out["certified"] = False
         return out if rate is None else {**out, "sample_rate": rate}
 
     _answer(run, as_json)
@@ -134,21 +141,24 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
               help="address-space limit of each live worker, MiB (0: none)")
 @click.option("--cache-size", type=int, default=4096, show_default=True, help="live answers kept (LRU)")
 @click.option("--retry-after", type=int, default=5, show_default=True, help="Retry-After of a 503, seconds")
-@click.option("--limit-concurrency", type=int, default=256, show_default=True,
-              help="connections and requests at once per server process (more: 503 from uvicorn)")
-@click.option("--timeout-keep-alive", type=float, default=5.0, show_default=True,
-              help="seconds an idle keep-alive connection stays open")
+@click.option("--limit-concurrency", type=int, default=4096, show_default=True,
+              help="connections open at once per server process (more: JSON 503 with Retry-After)")
+@click.option("--timeout-keep-alive", type=float, default=75.0, show_default=True,
+              help="seconds an idle keep-alive connection stays open (above the load balancer's idle timeout)")
 @click.option("--max-header-bytes", type=int, default=16384, show_default=True,
               help="largest request line plus headers (h11_max_incomplete_event_size)")
 @click.option("--backlog", type=int, default=2048, show_default=True, help="connections waiting to be accepted")
 @click.option("--graceful-timeout", type=float, default=30.0, show_default=True,
               help="seconds SIGTERM waits for requests in flight")
-@click.option("--http", type=click.Choice(["h11", "httptools", "auto"]), default="h11", show_default=True,
-              help="HTTP parser (httptools: faster, pip install httptools; no header limit setting)")
+@click.option("--header-timeout", type=float, default=5.0, show_default=True,
+              help="seconds a request's line and headers may take to arrive (then the connection is closed)")
+@click.option("--refine-budget", type=float, default=0.02, show_default=True,
+              help='seconds a table answer waits for its refinement (then answered with "refined": false)')
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
 def serve(host: str, port: int, table: str | None, workers: int, live_workers: int, queue: int, live_timeout: float,
           memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
-          max_header_bytes: int, backlog: int, graceful_timeout: float, http: str, access_log: bool) -> None:
+          max_header_bytes: int, backlog: int, graceful_timeout: float, header_timeout: float, refine_budget: float,
+          access_log: bool) -> None:
     """Serve GET /v1/eps, /v1/delta, /v1/eps0-max, /v1/info, /healthz and /metrics (needs the serve extra:
     pip install 'shuffle-eps[serve]')."""
     from lookup.app import Settings  # a missing serve extra: one line from CommandGroup, status 1
@@ -157,14 +167,16 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
     try:
         if not 0 <= port <= 65535:
             raise ValueError(f"--port must be in 0..65535 (0: any free port), got {port}")
-        settings = Settings(table, live_workers, queue, live_timeout, memory_mb, cache_size, retry_after).check()
-        if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024:
-            raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024")
+        settings = Settings(table, live_workers, queue, live_timeout, memory_mb, cache_size, retry_after,
+                            refine_budget).check()
+        if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024 or not header_timeout > 0:
+            raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024, "
+                             "--header-timeout > 0")
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     limits = ServerLimits(limit_concurrency, timeout_keep_alive, max_header_bytes, backlog, graceful_timeout, workers,
-                          access_log, http)
+                          access_log, header_timeout, retry_after)
     try:
         run(host, port, settings, limits)
     except (TableError, OSError, ValueError) as err:

@@ -1,12 +1,26 @@
 """``lookup serve``: the ASGI application of ``lookup/app.py`` under uvicorn (the ``serve`` extra).
 
 uvicorn owns the sockets, keep-alive, the HTTP parser's limits and graceful shutdown (SIGTERM:
-stop accepting, finish the requests in flight, then stop the live workers); this module only
-configures it.  Its limits, each with its default (``ServerLimits``):
+stop accepting, finish the requests in flight, then stop the live workers); this module
+configures it and adds what uvicorn lacks, in ``GuardedH11`` (its h11 protocol, subclassed):
 
-- ``limit_concurrency`` 256: connections and requests in progress at once, per server process;
-  more are answered 503 by uvicorn itself;
-- ``timeout_keep_alive`` 5 s: an idle keep-alive connection is closed after it;
+- a deadline on the request headers: from a connection's first byte (or a keep-alive request's
+  first byte) the request line and headers must be complete within ``header_timeout`` seconds,
+  else the connection is closed.  uvicorn times only the idle gap between keep-alive requests,
+  so a client that sends nothing, or one byte every few seconds, held its connection for good;
+- a cap on open connections (``max_connections``), answered by a JSON 503 with Retry-After and
+  the connection closed (uvicorn's own ``limit_concurrency`` counts requests with connections
+  and answers a text/plain 503 without Retry-After: it is left off);
+- a JSON 400 for a malformed request (uvicorn's is text/plain).
+
+Its limits, each with its default (``ServerLimits``):
+
+- ``max_connections`` 4096: connections open at once, per server process (the process's open
+  file limit is raised to its hard limit at start);
+- ``header_timeout`` 5 s: the request headers' deadline;
+- ``timeout_keep_alive`` 75 s: an idle keep-alive connection is closed after it (longer than a
+  load balancer's idle timeout, 60 s by default on the common ones, so that the balancer, not
+  the server, closes idle connections: docs/lookup.md);
 - ``h11_max_incomplete_event_size`` 16384 bytes: the largest request line plus headers (h11);
   more is a 400 and the connection closed (the URL itself: 2048 characters, ``app.MAX_URL``);
 - ``backlog`` 2048: connections waiting to be accepted;
@@ -16,26 +30,92 @@ configures it.  Its limits, each with its default (``ServerLimits``):
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lookup.app import ENV_SETTINGS, Settings, settings_env
+
+ENV_LIMITS = "SHUFFLE_EPS_SERVE_LIMITS"  # JSON of ServerLimits, for every server process
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """uvicorn's settings (see the module docstring for what each one bounds)."""
+    """The server's settings (see the module docstring for what each one bounds)."""
 
-    limit_concurrency: int = 256
-    timeout_keep_alive: float = 5.0
+    max_connections: int = 4096
+    timeout_keep_alive: float = 75.0
     h11_max_incomplete_event_size: int = 16384
     backlog: int = 2048
     timeout_graceful_shutdown: float = 30.0
     workers: int = 1
     access_log: bool = True
-    http: str = "h11"  # or "httptools" (faster; install it), "auto"
+    header_timeout: float = 5.0
+    retry_after: int = 5  # seconds, the Retry-After of a refused connection
+
+
+@functools.cache
+def _limits() -> ServerLimits:
+    return ServerLimits(**json.loads(os.environ.get(ENV_LIMITS, "{}")))
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on request headers, a cap on connections and JSON
+    refusals (see the module docstring)."""
+
+    header_timer: Any = None
+
+    def connection_made(self, transport: Any) -> None:  # noqa: D102 - asyncio.Protocol
+        super().connection_made(transport)
+        if len(self.connections) > _limits().max_connections:
+            self.refuse(503, "too many connections open; retry later", close_only=False)
+            return
+        self.arm()
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        if self.conn.their_state is h11.IDLE:  # a request's line and headers are being read
+            self.arm()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self.disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        self.disarm()
+        super().connection_lost(exc)
+
+    def arm(self) -> None:
+        if self.header_timer is None:
+            self.header_timer = self.loop.call_later(_limits().header_timeout, self.headers_late)
+
+    def disarm(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def headers_late(self) -> None:
+        self.header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:  # noqa: D102 - uvicorn's, as JSON
+        self.refuse(400, f"malformed HTTP request: {msg}", close_only=False)
+
+    def refuse(self, status: int, message: str, close_only: bool) -> None:
+        """A JSON refusal written straight to the socket, then the connection closed."""
+        if not close_only:
+            body = json.dumps({"error": message}).encode()
+            retry = f"retry-after: {_limits().retry_after}\r\n" if status == 503 else ""
+            reason = {400: "Bad Request", 503: "Service Unavailable"}[status]
+            self.transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{retry}"
+                                 f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body)
+        self.transport.close()
 
 
 def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
@@ -45,11 +125,12 @@ def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
 
     settings.check()
     os.environ[ENV_SETTINGS] = settings_env(settings)  # read by app_from_env in every server process
-    options = dict(host=host, port=port, factory=True, limit_concurrency=limits.limit_concurrency,
-                   timeout_keep_alive=limits.timeout_keep_alive, backlog=limits.backlog,
-                   h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
+    os.environ[ENV_LIMITS] = json.dumps(asdict(limits))  # read by GuardedH11 in every server process
+    _raise_open_files()
+    options = dict(host=host, port=port, factory=True, timeout_keep_alive=limits.timeout_keep_alive,
+                   backlog=limits.backlog, h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
                    timeout_graceful_shutdown=limits.timeout_graceful_shutdown, access_log=limits.access_log,
-                   http=limits.http, log_level="info", server_header=False)
+                   http="lookup.serve:GuardedH11", log_level="info", server_header=False)
     if limits.workers > 1:
         if port == 0:
             raise ValueError("--workers above 1 needs a fixed --port (not 0)")
@@ -68,3 +149,12 @@ def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
     sock.set_inheritable(True)
     print(f"serving {host}:{sock.getsockname()[1]} (Ctrl-C or SIGTERM to stop)", file=sys.stderr, flush=True)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _raise_open_files() -> None:
+    """The soft limit on open files raised to the hard one (each connection holds one)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -1,0 +1,145 @@
+"""The service's worker processes: pebble's ``ProcessPool`` behind a bounded admission count.
+
+pebble times each task from the moment a worker starts it (not while it waits in the queue) and,
+past its limit, kills that worker alone: the task's future fails with ``TimeoutError``, the
+pool starts a fresh worker, and the tasks queued or running beside it go on.  A worker that
+dies (the address-space limit, a crash) fails its own task with ``ProcessExpired``.  So no
+task ever fails because of another one, and a full queue is refused before anything is queued
+(``Busy``: the service's 503 with Retry-After).
+
+Two kinds of work share the pool: *answers* (live questions only the engine can answer, a
+client waiting for each; at most ``queue`` admitted) and *background* work (refinements and
+eps0 slices, ``lookup/slices.py``, that improve table answers already given; at most
+``background`` admitted, and never taking the places of answers).  Identical tasks in flight
+share one future; finished results are kept in an LRU cache keyed by the caller's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from lookup.table import Table, open_table
+
+_WORKER_TABLE: Table | None = None
+
+
+class Busy(Exception):
+    """Live work refused or abandoned: answered 503 with Retry-After."""
+
+
+def worker_start(table: str | None, memory_mb: int) -> None:
+    """A worker process: address-space limit, the table opened once."""
+    global _WORKER_TABLE
+    if memory_mb:
+        import resource
+
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _WORKER_TABLE = open_table(table)
+
+
+def worker_table() -> Table | None:
+    """The table this worker process opened (``worker_start``)."""
+    return _WORKER_TABLE
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+class Pool:
+    """pebble's ProcessPool with admission counts, shared in-flight tasks and an LRU of results."""
+
+    def __init__(self, workers: int, queue: int, background: int, cache_size: int, table: str | None,
+                 memory_mb: int) -> None:
+        self.workers, self.queue, self.background, self.cache_size = workers, queue, background, cache_size
+        self.table, self.memory_mb = table, memory_mb
+        self.pool: Any = None
+        self.admitted = {"answer": 0, "background": 0}
+        self.cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.inflight: dict[str, asyncio.Future[Any]] = {}
+        self.counts: collections.Counter[str] = collections.Counter()  # cache hits, timeouts, deaths
+
+    def start(self) -> None:
+        import multiprocessing
+
+        from pebble import ProcessPool
+
+        self.pool = ProcessPool(self.workers, initializer=worker_start, initargs=(self.table, self.memory_mb),
+                                context=multiprocessing.get_context("spawn"))
+        for _ in range(self.workers):  # start the workers now, not on the first live query
+            self.pool.schedule(_ready)
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            with contextlib.suppress(Exception):
+                self.pool.join(timeout=5)
+            self.pool = None
+
+    def cached(self, key: str) -> Any:
+        """The finished result of ``key`` (None: not computed)."""
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            self.counts["cache_hits"] += 1
+            return self.cache[key]
+        return None
+
+    def has_room(self, kind: str) -> bool:
+        limit = self.queue if kind == "answer" else self.background
+        return self.pool is not None and self.admitted[kind] < limit
+
+    def submit(self, key: str, kind: str, timeout: float, function: Callable[..., Any], *args: Any,
+               keep: bool = True) -> asyncio.Future:
+        """The (shared) future of ``function(*args)`` in a worker, at most ``timeout`` seconds of
+        run time (its result kept in the LRU if ``keep``); ``Busy`` when ``kind``'s places are
+        all taken."""
+        if key in self.inflight:
+            return self.inflight[key]
+        if not self.has_room(kind):
+            raise Busy(f"all {self.queue} live computation places are taken; retry later" if kind == "answer"
+                       else "background places taken")
+        self.admitted[kind] += 1
+        future = asyncio.wrap_future(self.pool.schedule(function, args=args, timeout=timeout))
+        self.inflight[key] = future
+        future.add_done_callback(lambda done: self._finished(key, kind, keep, done))
+        return future
+
+    def _finished(self, key: str, kind: str, keep: bool, future: asyncio.Future) -> None:
+        self.admitted[kind] -= 1
+        self.inflight.pop(key, None)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None and keep and self.cache_size:
+            self.cache[key] = future.result()
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        elif isinstance(error, TimeoutError):
+            self.counts["timeouts"] += 1
+        elif type(error).__name__ == "ProcessExpired":
+            self.counts["deaths"] += 1
+
+    async def result(self, key: str, kind: str, timeout: float, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)``'s result (cached, shared, or computed now); ``Busy`` when refused,
+        over ``timeout`` seconds of run time, or when its worker died; the engine's ValueError
+        (a bad query) as raised."""
+        hit = self.cached(key)
+        if hit is not None:
+            return hit
+        future = self.submit(key, kind, timeout, function, *args)
+        try:
+            return await asyncio.shield(future)  # a client hanging up does not cancel the shared task
+        except TimeoutError:
+            raise Busy(f"live computation exceeded {timeout:g} s; retry later") from None
+        except MemoryError:
+            raise Busy(f"live computation exceeded the {self.memory_mb} MB memory limit") from None
+        except Exception as err:
+            if type(err).__name__ == "ProcessExpired":
+                raise Busy("a live worker died (memory limit?); retry later") from None
+            raise
