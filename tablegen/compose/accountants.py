@@ -66,11 +66,12 @@ def round_pld(mechanism: str, *, eps0: float, n: int, sample_rate: float = 1.0,
 def _lift(loss: PrivacyLossDistribution, discretization: float) -> PrivacyLossDistribution:
     """``loss`` mixed with weight eta into a point mass at +infinity: delta becomes
     delta + eta (1 - delta).  With c = CURVE_ROUNDING and d0 the computed delta at eps = 0,
-    eta = c / (1 - d0 - c) gives eta (1 - delta) >= c (1 - eta) at every eps >= 0 (where the exact
-    delta <= d0 + c): the lifted curve is above the exact one there despite the rounding."""
+    eta >= c / (1 - d0 - c) gives eta (1 - delta) >= c (1 - eta) at every eps >= 0 (where the exact
+    delta <= d0 + c): the lifted curve is above the exact one there despite the rounding.  Twice
+    that is taken: the division and subtraction round too."""
     c = pld.CURVE_ROUNDING
     gap = 1.0 - float(loss.get_delta_for_epsilon(0.0)) - c
-    eta = 1.0 if gap <= c else min(1.0, 2 * c / gap)  # twice: the division and subtraction round too
+    eta = 1.0 if gap <= c else min(1.0, 2 * c / gap)
     infinite = PrivacyLossDistribution.create_from_rounded_probability({0: 0.0}, 1.0, discretization)
     return loss.compute_mixture(infinite, 1.0 - eta)
 
