@@ -321,6 +321,7 @@
     }
     showParams(values);
     showFields();
+    if (OPTIONS.some((name) => values[name])) ask.querySelector("details").open = true;
     select.addEventListener("change", () => showParams({}));
     input(ask, "endpoint").addEventListener("change", showFields);
     ask.addEventListener("submit", onAsk);
