@@ -93,7 +93,7 @@ class ShuffledRoundEvent(dp_event.DpEvent):
         return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **(self.params or {})}
 
 
-def _refusal(accountant: privacy_accountant.PrivacyAccountant, event: dp_event.DpEvent) -> ErrorDetails | None:
+def _refusal(accountant: Any, event: dp_event.DpEvent) -> ErrorDetails | None:
     """Why ``event`` (a shuffled round, or one inside a sampling event) cannot be accounted here."""
     if isinstance(event, SAMPLING) and _holds_round(event.event):
         return ErrorDetails(event, f"a ShuffledRoundEvent inside {type(event).__name__} cannot be expressed in "
@@ -116,7 +116,32 @@ def _holds_round(event: dp_event.DpEvent) -> bool:
     return isinstance(event, (dp_event.SelfComposedDpEvent, *SAMPLING)) and _holds_round(event.event)
 
 
-class ShufflePLDAccountant(pld_privacy_accountant.PLDAccountant):
+class _Rounds:
+    """What both accountants add to their parent: ``ShuffledRoundEvent`` (its loss computed, and
+    its input checked, in the parent's check pass, before dp-accounting's ledger records it) and
+    the refusals of ``_refusal``; every other event goes to the parent."""
+
+    _rounds: dict[str, Any]
+
+    def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
+        refusal = _refusal(self, event)
+        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
+            return refusal or super()._maybe_compose(event, count, do_compose)  # type: ignore[misc]
+        key = repr(event)
+        if key not in self._rounds:
+            self._rounds[key] = self._round(event)
+        if do_compose and count > 0:
+            self._add(self._rounds[key], count)
+        return None
+
+    def _round(self, event: ShuffledRoundEvent) -> Any:
+        raise NotImplementedError
+
+    def _add(self, loss: Any, count: int) -> None:
+        raise NotImplementedError
+
+
+class ShufflePLDAccountant(_Rounds, pld_privacy_accountant.PLDAccountant):
     """dp-accounting's PLD accountant that also composes ``ShuffledRoundEvent`` (``round_pld`` on
     its lattice, self-composed ``count`` times); at eps < 0 each round's curve rounding
     (``pld.CURVE_ROUNDING``) is added to delta before eps is read (module docstring)."""
@@ -125,20 +150,15 @@ class ShufflePLDAccountant(pld_privacy_accountant.PLDAccountant):
                  value_discretization_interval: float = DISCRETIZATION) -> None:
         super().__init__(neighboring_relation, value_discretization_interval)
         self._shift = 0.0
-        self._rounds: dict[str, PrivacyLossDistribution] = {}
+        self._rounds = {}
 
-    def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
-        refusal = _refusal(self, event)
-        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
-            return refusal or super()._maybe_compose(event, count, do_compose)
-        key = repr(event)  # computed (and its input checked) before dp-accounting's ledger records it
-        if key not in self._rounds:
-            lattice = self._value_discretization_interval
-            self._rounds[key] = round_pld(event.mechanism, value_discretization_interval=lattice, **event.kwargs())
-        if do_compose and count > 0:
-            self._pld = self._pld.compose(self._rounds[key].self_compose(count))
-            self._shift += count * pld.CURVE_ROUNDING
-        return None
+    def _round(self, event: ShuffledRoundEvent) -> PrivacyLossDistribution:
+        return round_pld(event.mechanism, value_discretization_interval=self._value_discretization_interval,
+                         **event.kwargs())
+
+    def _add(self, loss: PrivacyLossDistribution, count: int) -> None:
+        self._pld = self._pld.compose(loss.self_compose(count))
+        self._shift += count * pld.CURVE_ROUNDING
 
     def get_epsilon(self, target_delta: float) -> float:
         if target_delta <= self._shift:
@@ -149,7 +169,7 @@ class ShufflePLDAccountant(pld_privacy_accountant.PLDAccountant):
         return min(1.0, super().get_delta(target_epsilon) + self._shift)
 
 
-class ShuffleRDPAccountant(rdp_privacy_accountant.RdpAccountant):
+class ShuffleRDPAccountant(_Rounds, rdp_privacy_accountant.RdpAccountant):
     """dp-accounting's RDP accountant that also composes ``ShuffledRoundEvent``: ``count`` times the
     round's certified Rényi divergences at the accountant's orders (``rdp_bounds``, both orders of
     every pair, docs/renyi.md).  Refuses (eps0, delta0)-LDP rounds, whose divergence can be infinite."""
@@ -157,18 +177,13 @@ class ShuffleRDPAccountant(rdp_privacy_accountant.RdpAccountant):
     def __init__(self, orders: Any = None,
                  neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE) -> None:
         super().__init__(orders, neighboring_relation)
-        self._rounds: dict[str, Any] = {}
+        self._rounds = {}
 
-    def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
-        refusal = _refusal(self, event)
-        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
-            return refusal or super()._maybe_compose(event, count, do_compose)
-        key = repr(event)  # computed (and its input checked) before dp-accounting's ledger records it
-        if key not in self._rounds:
-            self._rounds[key] = round_rdp(event, self._orders)
-        if do_compose:
-            self._rdp = self._rdp + count * self._rounds[key]
-        return None
+    def _round(self, event: ShuffledRoundEvent) -> Any:
+        return round_rdp(event, self._orders)
+
+    def _add(self, loss: Any, count: int) -> None:
+        self._rdp = self._rdp + count * loss
 
 
 def round_rdp(event: ShuffledRoundEvent, orders: Any) -> Any:

@@ -7,9 +7,11 @@ exact Rényi divergence; dp-accounting's own Gaussian PLD; basic composition; ``
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +166,14 @@ def test_without_dp_accounting_the_message_names_the_extra(monkeypatch: pytest.M
             "try:\n    c.ShufflePLDAccountant\nexcept ImportError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "pip install 'shuffle-eps[compose]'" in out.stdout, out.stderr
+
+
+def test_worked_example_runs_and_its_budget_is_consistent() -> None:
+    script = Path(__file__).resolve().parents[2] / "examples" / "shuffle_and_dpsgd.py"
+    out = subprocess.run([sys.executable, str(script), "--days", "5", "--steps", "20", "--n", "1000", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pld_route, rdp_route = json.loads(out.stdout)["routes"]
+    for r in (pld_route, rdp_route):
+        assert max(r["eps_telemetry_alone"], r["eps_dpsgd_alone"]) <= r["eps"] <= r["basic_composition"]
+    assert pld_route["eps"] <= rdp_route["eps"]
