@@ -46,13 +46,15 @@ def base(start_server: Any) -> str:
 @pytest.mark.parametrize(("path", "args"), [
     (f"/v1/eps?{T}&max_slack=none", ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50",
                                      "--delta", "1e-6", "--max-slack", "none"]),
-    (f"/v1/eps?{T}", ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6"]),
     ("/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6",
      ["eps", "--mechanism", "krr", "--k", "3", "--eps0", "6", "--n", "50", "--delta", "1e-6"]),
     ("/v1/delta?mechanism=generic&eps0=1&n=80&eps=0.9&max_slack=none",
      ["delta", "--mechanism", "generic", "--eps0", "1", "--n", "80", "--eps", "0.9", "--max-slack", "none"]),
-    ("/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6",
-     ["eps0-max", "--mechanism", "krr", "--k", "3", "--eps", "0.9", "--n", "80", "--delta", "1e-6"]),
+    ("/v1/eps0-max?mechanism=krr&k=3&eps=0.9&n=80&delta=1e-6&max_slack=none",
+     ["eps0-max", "--mechanism", "krr", "--k", "3", "--eps", "0.9", "--n", "80", "--delta", "1e-6", "--max-slack",
+      "none"]),
+    ("/v1/eps?mechanism=generic-closed-form&eps0=1&n=1e5&delta=1e-8",
+     ["eps", "--mechanism", "generic-closed-form", "--eps0", "1", "--n", "1e5", "--delta", "1e-8"]),
     ("/v1/eps?mechanism=joint&base=krr&k=3&parts=2&eps0=1.5&n=50&delta=1e-6",
      ["eps", "--mechanism", "joint", "--base", "krr", "--k", "3", "--parts", "2", "--eps0", "1.5", "--n", "50",
       "--delta", "1e-6"]),
@@ -82,6 +84,9 @@ def test_info_health_and_sources(base: str) -> None:
     ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&colour=red", 400, "unknown parameter 'colour'"),
     ("/v1/eps?mechanism=krr&k=3&eps0=1&eps0=2&n=50&delta=1e-6", 400, "more than once"),
     ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&live=maybe", 400, "live must be true or false"),
+    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&live=", 400, "live must be true or false"),
+    ("/v1/eps?mechanism=generic&eps0=5e-324&n=1&delta=5e-324", 400, "cannot compute at eps0=5e-324"),
+    ("/v1/delta?mechanism=generic-closed-form&eps0=1&n=1e5&eps=0.1", 400, "answers eps only"),
     ("/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false", 400, "covers: mechanisms"),
     ("/v1/eps?mechanism=nope&eps0=1&n=50&delta=1e-6", 400, "unknown mechanism='nope'"),
     ("/v1/eps?mechanism=krr&k=-3&eps0=1&n=50&delta=1e-6", 400, "k must be an integer"),
@@ -101,8 +106,9 @@ def test_bad_requests(base: str, query: str, status: int, message: str) -> None:
 
 
 def test_read_only(base: str) -> None:
-    assert get(f"{base}/v1/info", method="POST", data=b"x")[0] == 405
-    assert get(f"{base}/v1/info", method="DELETE")[0] == 405
+    for method, data in (("POST", b"x"), ("DELETE", None), ("OPTIONS", None)):
+        status, body, headers = get(f"{base}/v1/info", method=method, data=data)
+        assert status == 405 and headers["Allow"] == "GET, HEAD" and "GET" in json.loads(body)["error"]
 
 
 def test_etag_and_304(base: str) -> None:
@@ -166,7 +172,7 @@ def test_a_task_over_its_time_limit_is_a_503_and_its_worker_replaced(start_serve
     status, body, headers = get(f"{server.base}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
     assert status == 503 and "exceeded 0.5 s" in json.loads(body)["error"] and headers["Retry-After"]
     assert get(f"{server.base}/healthz")[0] == 200
-    assert b"lookup_live_pool_replaced_total 1" in get(f"{server.base}/metrics")[1]
+    assert b"lookup_live_timeouts_total 1" in get(f"{server.base}/metrics")[1]
     assert get(f"{server.base}/v1/eps?{T}&max_slack=none")[0] == 200
 
 
