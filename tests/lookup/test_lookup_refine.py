@@ -267,3 +267,25 @@ def test_refined_lower_bound_keeps_the_table_value_when_not_proved(monkeypatch: 
     assert refine.lower_eps("generic", point, {}, 0.05, 0.02, 0.7) == 0.02
     assert tried == [pytest.approx(0.7 * 0.05 / (1 + refine.LOWER_STEP))]
     assert refine.lower_eps("generic", point, {}, 0.05, 0.04, 0.7) == 0.04 and len(tried) == 1  # no gain: not tried
+
+
+@SETTINGS
+@given(mechanism=st.sampled_from(["krr", "generic"]), eps0=EPS0, n=st.integers(20, 120), delta=DELTA)
+def test_an_eps0_slice_answer_is_certified(table_path: Path, mechanism: str, eps0: float, n: int,
+                                           delta: float) -> None:
+    """The service's eps0 slice (lookup/slices.py: the engine's eps at the query's eps0 over finer
+    n and delta axes, read with n rounded down and the delta chord) is never below the exact eps:
+    the exact delta of its answer is <= delta (exact sums, not the engine); beyond the largest n
+    it answers at the largest, and its slack estimate is known inside the axes."""
+    from lookup import slices
+    from lookup.table import open_table
+
+    table = open_table(table_path)
+    ns, deltas = slices.axes(table)
+    assert ns[::slices.DENSITY] == table.n.tolist() and deltas[::slices.DENSITY] == table.delta.tolist()
+    read = slices.Slice(eps0, ns, deltas, slices.compute(mechanism, params(mechanism), eps0, ns, deltas))
+    value, slack, corner = read.answer(n, delta)
+    assert value <= eps0 and corner["n"] <= n and corner["delta"] <= delta <= max(corner["delta_upper"], deltas[-1])
+    assert exact_delta(*law(mechanism, eps0, value), n) <= delta * (1 + 1e-9)
+    assert (slack >= 0) if n < ns[-1] else np.isnan(slack)
+    assert read.answer(n, deltas[0] / 2) is None and read.answer(ns[0] - 1, delta) is None
