@@ -30,6 +30,7 @@ adds its a-priori FFT bound (pld.py) and reads eps at delta minus it.  The RDP a
 
 from __future__ import annotations
 
+import ast
 import math
 from typing import Any
 
@@ -76,6 +77,19 @@ def _lift(loss: PrivacyLossDistribution, discretization: float) -> PrivacyLossDi
     return loss.compute_mixture(infinite, 1.0 - eta)
 
 
+def _joined(name: Any) -> Any:
+    """The mechanism name back from ``DpEvent.from_named_tuple``, which turns "krr" into
+    "['k', 'r', 'r']" (see ``to_named_tuple``); any other value unchanged."""
+    if isinstance(name, str) and name.startswith("[") and name.endswith("]"):
+        try:
+            chars = ast.literal_eval(name)
+        except (ValueError, SyntaxError):
+            return name
+        if isinstance(chars, list) and all(isinstance(c, str) and len(c) == 1 for c in chars):
+            return "".join(chars)
+    return name
+
+
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class ShuffledRoundEvent(dp_event.DpEvent):
     """One shuffled round: every user (each with probability ``sample_rate``, Poisson) sends one
@@ -83,7 +97,7 @@ class ShuffledRoundEvent(dp_event.DpEvent):
     n reports (n public) are shuffled.  Certified for substitution neighbours (REPLACE_ONE,
     REPLACE_SPECIAL) by ``tablegen.engine`` (arXiv:2504.07414; docs/engine.md)."""
 
-    mechanism: str
+    mechanism: str = attr.ib(converter=_joined)
     eps0: float
     n: int
     params: dict[str, Any] | None = None
@@ -91,6 +105,11 @@ class ShuffledRoundEvent(dp_event.DpEvent):
 
     def kwargs(self) -> dict[str, Any]:
         return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **(self.params or {})}
+
+    def to_named_tuple(self) -> Any:
+        """dp-accounting's NamedTuple form, the mechanism name kept whole (dp-accounting 0.6 maps
+        every sequence field element-wise, a string too, and writes str(list of characters))."""
+        return super().to_named_tuple()._replace(mechanism=self.mechanism)
 
 
 def _refusal(accountant: Any, event: dp_event.DpEvent) -> ErrorDetails | None:

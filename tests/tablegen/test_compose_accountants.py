@@ -177,3 +177,10 @@ def test_worked_example_runs_and_its_budget_is_consistent() -> None:
     for r in (pld_route, rdp_route):
         assert max(r["eps_telemetry_alone"], r["eps_dpsgd_alone"]) <= r["eps"] <= r["basic_composition"]
     assert pld_route["eps"] <= rdp_route["eps"]
+
+
+def test_event_survives_dp_accountings_named_tuple_round_trip() -> None:
+    event = ComposedDpEvent([compose.ShuffledRoundEvent("krr", 1.0, 1000, {"k": 10}, 0.5), GaussianDpEvent(1.0)])
+    form = event.to_named_tuple()
+    assert form.events[0].mechanism == "krr"
+    assert dp_accounting.DpEvent.from_named_tuple(form) == event
