@@ -14,8 +14,8 @@ a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.0003
 Under ``ADD_OR_REMOVE_ONE`` (the accountants' default) a shuffled round is refused: it changes n.
 
 What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (Doroshenko et al.,
-arXiv:2207.04380) through the convex hull of the engine's certified profile (profile.py), on
-dp-accounting's lattice (each eps rounded up to it): in exact arithmetic its hockey-stick curve
+arXiv:2207.04380) through the convex hull of the engine's certified profile (profile.py), sampled
+at multiples of dp-accounting's lattice interval (no eps moved): in exact arithmetic its curve
 lies above the round's exact profile at every eps, in both orders of every neighbouring pair, so
 it dominates the round and dp-accounting's compositions of it dominate the composed rounds.
 Computing its masses rounds the curve by at most ``pld.CURVE_ROUNDING`` (absolute); the exported
