@@ -1,19 +1,31 @@
 """The table build: one task per (mechanism, eps0) slice on a dask.distributed cluster.
 
-``build(spec, out)`` fills the staging store (``store.py``) with every slice not finished yet,
-then assembles the xarray Dataset, publishes it atomically at ``out`` and removes the staging
+``build(spec, out)`` computes every slice not finished yet and keeps it in the staging store
+(``store.py``), then publishes the table atomically at ``out``, streaming slice by slice (the
+client holds one mechanism row at a time, whatever the number of rows), and removes the staging
 store.  Killed at any moment, the same call finishes the table with identical values,
-recomputing only the slices that had no marker.  A slice is every n and delta of one
-(mechanism, eps0): ``engine.dense.eps_slice`` at the spec's resolution, and ``lower_slice``
-below it on the n the spec wants lower bounds for, so a cell equals the engine called directly.
+recomputing only the slices that had no marker.
+
+Workers need nothing but the package: a task returns its slice (both arrays) with the worker's
+package version, engine version and the SHA-256 of the engine's code (``provenance``); the
+client refuses a result whose provenance differs from its own (naming the worker, whose later
+tasks go to other workers) and writes every accepted slice to its own staging store.  No worker
+reads or writes the client's disk, so workers on other hosts, pods or scratch disks, and a
+relative ``--out``, all work; a task that raises is retried (``RETRIES``) and a slice that fails
+on every try ends the build with one message naming the slice, the worker and its error.
+
+A slice is every n and delta of one (mechanism, eps0): ``engine.dense.eps_slice`` at the spec's
+resolution, and ``lower_slice`` below it on the n the spec wants lower bounds for, so a cell
+equals the engine called directly.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import json
 import math
-import os
 import random
 import shutil
 import signal
@@ -29,11 +41,17 @@ from typing import Any
 
 import numpy as np
 
+import tablegen
 from tablegen import ENGINE_VERSION, __version__, allocator, store
 from tablegen.mechanisms import get_mechanism
-from tablegen.spec import Spec
+from tablegen.spec import Row, Spec
 
 IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
+RETRIES = 2  # a task that raises runs up to 1 + RETRIES times (dask's retries), then ends the build
+CONNECT_SECONDS = 5  # an unreachable --scheduler is reported after this long, before anything is written
+STATUS_SECONDS = 30  # no slice finished for this long: the build says what the workers are doing
+# the code a slice's values depend on, digested into every result's provenance (relative to tablegen/)
+ENGINE_CODE = ("__init__.py", "engine", "mechanisms", "protocols", "decomposition.py", "limits.py", "validate.py")
 REFERENCES = (
     "Su, Cheng, Wang, arXiv:2504.07414 (Theorems 4-5, Table 1); Feldman, McMillan, Talwar: "
     "Feldman-McMillan-Talwar (arXiv:2012.12803) (Theorems 3.1, 3.8); shuffle-eps docs/engine.md"
@@ -43,9 +61,8 @@ REFERENCES = (
 @dataclass(frozen=True)
 class Task:
     """What a worker needs for one (mechanism, eps0) slice: every n of the axis.  Plain data,
-    cheap to ship."""
+    cheap to ship; nothing in it refers to the client's disk."""
 
-    staging: str
     slice: tuple[int, int]  # (row, eps0) indices
     family: str
     params: dict[str, Any]
@@ -56,6 +73,23 @@ class Task:
     resolution: float
     lower_resolution: float
 
+    @property
+    def label(self) -> str:
+        return f"{Row(self.family, self.params).label} eps0 {self.eps0:g} (slice {self.slice[0]}_{self.slice[1]})"
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """A computed slice as a task returns it: both arrays (n, delta), the compute seconds, the
+    provenance of the code that computed it and the worker that ran it."""
+
+    slice: tuple[int, int]
+    eps: np.ndarray
+    eps_lower: np.ndarray
+    seconds: float
+    provenance: dict[str, str]
+    worker: str
+
 
 class BuildInterrupted(Exception):
     """A build stopped by SIGINT or SIGTERM; its finished slices stay in the staging store."""
@@ -63,6 +97,23 @@ class BuildInterrupted(Exception):
     def __init__(self, signum: int, message: str = "") -> None:
         super().__init__(message or f"stopped by {signal.Signals(signum).name}")
         self.signum = signum
+
+
+class BuildFailed(RuntimeError):
+    """A build that cannot finish (a slice failing on every try, no worker running this engine);
+    the message is one line, the finished slices stay in the staging store."""
+
+
+class SchedulerUnreachable(ValueError):
+    """``--scheduler`` names no dask scheduler that answers (checked before anything is written)."""
+
+
+class SliceError(RuntimeError):
+    """A task's error, raised on the worker with the worker's name and the error in one line."""
+
+
+class EngineMismatch(ValueError):
+    """A result computed by other code than the client's (``provenance``)."""
 
 
 @contextmanager
@@ -87,10 +138,10 @@ class Report:
     seconds: float
 
 
-def task(spec: Spec, staging: Path, r: int, e: int) -> Task:
+def task(spec: Spec, r: int, e: int) -> Task:
     """The task computing slice (row ``r``, eps0 ``e``)."""
     s = spec.settings
-    return Task(str(staging), (r, e), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
+    return Task((r, e), spec.rows[r].family, spec.rows[r].params, float(spec.eps0[e]),
                 tuple(int(n) for n in spec.n), spec.delta.tolist(),
                 tuple(spec.wants_lower(e, j) for j in range(spec.n.size)), s["resolution"], s["lower_resolution"])
 
@@ -115,16 +166,70 @@ def slice_values(task: Task) -> tuple[np.ndarray, np.ndarray]:
     return upper, lower
 
 
-def run_task(task: Task) -> float:
-    """Compute a task's slice and write it; returns the compute seconds.  Runs on a worker,
-    whose allocator it sets first (``allocator.py``: a dask worker otherwise spends a third of
-    its time mapping and unmapping the engine's arrays)."""
+@functools.cache
+def engine_digest() -> str:
+    """SHA-256 over the path and bytes of every file of ``ENGINE_CODE`` (the same for every install
+    of the same source; any edit of the engine, a mechanism or the version constants changes it)."""
+    root = Path(tablegen.__file__).parent
+    files = sorted(p for name in ENGINE_CODE
+                   for p in ((root / name).rglob("*.py") if (root / name).is_dir() else [root / name]))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def provenance() -> dict[str, str]:
+    """What computed a slice in this process: package and engine versions (read from the module
+    at call time) and ``engine_digest``."""
+    return {"package_version": tablegen.__version__, "engine_version": tablegen.ENGINE_VERSION,
+            "engine_sha256": engine_digest()}
+
+
+def _worker_name() -> str:
+    """The dask worker running this task (its address), or "this process" outside a worker."""
+    if "distributed" in sys.modules:
+        from distributed import get_worker
+
+        try:
+            return str(get_worker().address)
+        except ValueError:  # not in a worker
+            pass
+    return "this process"
+
+
+def compute_slice(task: Task) -> SliceResult:
+    """Compute a task's slice and return it (never writes anything).  Runs on a worker, whose
+    allocator keeps freed arrays during the slice and hands them back after it (``allocator.py``);
+    any error comes back as one line naming the worker (``SliceError``)."""
+    worker = _worker_name()
     allocator.keep_freed_memory()
-    start = time.perf_counter()
-    eps, eps_lower = slice_values(task)
-    seconds = time.perf_counter() - start
-    store.write_slice(task.staging, task.slice, eps, eps_lower)
-    return seconds
+    try:
+        start = time.perf_counter()
+        eps, eps_lower = slice_values(task)
+        return SliceResult(task.slice, eps, eps_lower, time.perf_counter() - start, provenance(), worker)
+    except Exception as err:  # noqa: BLE001 - any error of the engine: one line, retried by dask
+        raise SliceError(f"worker {worker}: {type(err).__name__}: {err}") from None
+    finally:
+        allocator.release_freed_memory()
+
+
+def check_provenance(result: SliceResult, expected: dict[str, str]) -> None:
+    """EngineMismatch naming the worker and what differs unless ``result`` was computed by the
+    ``expected`` code (``provenance``)."""
+    got = result.provenance
+    if got != expected:
+        differs = ", ".join(f"{key} {got.get(key)!s:.12} (client: {want:.12})" for key, want in expected.items()
+                            if got.get(key) != want)
+        raise EngineMismatch(f"worker {result.worker} runs other code: {differs}; its result for slice "
+                             f"{result.slice[0]}_{result.slice[1]} was refused")
+
+
+def accept(staging: Path, result: SliceResult) -> None:
+    """Write ``result`` to the staging store (slice, then its marker) once its provenance is this
+    process's own (``check_provenance``)."""
+    check_provenance(result, provenance())
+    store.write_slice(staging, result.slice, result.eps, result.eps_lower)
 
 
 def header(spec: Spec) -> dict[str, Any]:
@@ -137,23 +242,24 @@ def header(spec: Spec) -> dict[str, Any]:
 
 
 def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
-          progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print,
+          client: Any = None, progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print,
           sign_key: str | Path | None = None) -> Report:
     """Build (or finish building) the table of ``spec`` at ``out``.
 
-    ``scheduler``: address of an existing dask scheduler; None starts a LocalCluster with
-    ``workers`` single-threaded worker processes (default: this machine's cores); workers=0
-    computes in this process without dask.  One build per ``out`` at a time (``store.build_lock``).
-    ``sign_key``: an Ed25519 private key (PEM) that signs the published table (``lookup.trust``),
-    also when it is already up to date.
+    ``client``: a connected ``distributed.Client`` of any cluster (dask-jobqueue, the Kubernetes
+    operator, ...; left open); else ``scheduler``: address of a running dask scheduler; else a
+    LocalCluster with ``workers`` single-threaded worker processes (default: this machine's
+    cores); workers=0 computes in this process without dask.  One build per ``out`` at a time
+    (``store.build_lock``).  ``sign_key``: an Ed25519 private key (PEM) that signs the published
+    table (``lookup.trust``), also when it is already up to date.
     """
     out = Path(out)
     with store.build_lock(out, f"tablegen build --spec {spec.source} --out {out}"):
-        return _build_locked(spec, out, scheduler, workers, progress, fresh, log, sign_key)
+        return _build_locked(spec, out, scheduler, workers, client, progress, fresh, log, sign_key)
 
 
-def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | None, progress: bool, fresh: bool,
-                  log: Callable[[str], None], sign_key: str | Path | None) -> Report:
+def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | None, client: Any, progress: bool,
+                  fresh: bool, log: Callable[[str], None], sign_key: str | Path | None) -> Report:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
@@ -165,67 +271,198 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
 
             log(f"signed: {sign(out, sign_key)}")
         return Report(0, total, 0.0)
-    _import_build_extra(distributed=scheduler is not None or workers != 0, progress=progress)
+    distributed = client is not None or scheduler is not None or workers != 0
+    _import_build_extra(distributed=distributed, progress=progress)
     start = time.perf_counter()
-    staging = store.open_staging(out, header(spec), spec.shape)
-    done = store.finished(staging, spec.n.size)
-    left = todo(spec, done)
-    log(f"{spec.slice_count} slices ({total} curves): {len(done)} already finished, {len(left)} to compute")
+    left: list[tuple[int, int]] = []
     try:
-        with _stopped_by_signals():
-            _execute((task(spec, staging, r, e) for r, e in left), len(left), scheduler, workers, progress,
-                     spec.digest()[:12])
-    except BuildInterrupted as stop:
-        kept = len(store.finished(staging, spec.n.size))
-        raise BuildInterrupted(stop.signum, f"build stopped by {signal.Signals(stop.signum).name}: {kept} of "
-                               f"{spec.slice_count} slices finished, kept in {staging}; the same command "
-                               "resumes") from None
+        with _stopped_by_signals(), _connected(client, scheduler, workers, log) as cluster:
+            staging = store.open_staging(out, header(spec), spec.shape)  # only once the cluster answers
+            done = store.finished(staging, spec.n.size)
+            left = todo(spec, done)
+            log(f"{spec.slice_count} slices ({total} curves): {len(done)} already finished, {len(left)} to compute")
+            results = _results(cluster, (task(spec, r, e) for r, e in left), spec.digest()[:12], log)
+            for result in progress_bar(results, len(left), progress):
+                accept(staging, result)
+    except (BuildInterrupted, BuildFailed) as stop:
+        kept = len(store.finished(store.staging_path(out), spec.n.size))
+        where = f"{kept} of {spec.slice_count} slices finished, kept in {store.staging_path(out)}; the same command " \
+                "resumes"
+        if isinstance(stop, BuildFailed):
+            raise BuildFailed(f"{stop}; {where}") from None
+        raise BuildInterrupted(stop.signum, f"build stopped by {signal.Signals(stop.signum).name}: {where}") from None
     if len(store.finished(staging, spec.n.size)) != spec.slice_count:
         raise store.StoreError(f"{staging}: some slices have no marker after the build; run it again")
-    store.publish(dataset(spec, store.read_staging(staging), _history(spec, out)), out, store.CERTIFIED_ROUNDING,
-                  sign_key=sign_key)
+    publish(spec, staging, out, _history(spec, out), sign_key)
     store.remove_staging(staging)
     per_slice = spec.n.size
-    report = Report(per_slice * len(left), per_slice * len(done), time.perf_counter() - start)
+    report = Report(per_slice * len(left), total - per_slice * len(left), time.perf_counter() - start)
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "
         f"(already finished) in {report.seconds:.1f} s")
     return report
 
 
-def _execute(tasks: Iterator[Task], count: int, scheduler: str | None, workers: int | None, progress: bool,
-             prefix: str = "") -> None:
-    """Run ``count`` tasks, made lazily (a task carries its slice's axes: a cluster spec's would not
-    fit in memory at once)."""
-    if count == 0:
+def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | Path | None = None) -> None:
+    """Publish the finished staging store as the table at ``out``, one mechanism row at a time
+    (``store.publish_rows``: the client holds one row of one variable, whatever the row count)."""
+    import dask.array
+
+    chunks = (1, *spec.shape[1:])
+    lazy = {name: dask.array.zeros(spec.shape, chunks=chunks, dtype="f8") for name in store.VARIABLES}
+    store.publish_rows(dataset(spec, lazy, history), out, functools.partial(store.read_slice, staging),
+                       store.CERTIFIED_ROUNDING, sign_key=sign_key)
+
+
+@contextmanager
+def _connected(client: Any, scheduler: str | None, workers: int | None, log: Callable[[str], None]) -> Iterator[Any]:
+    """The dask client of this build: ``client`` itself (left open), one connected to
+    ``scheduler`` (SchedulerUnreachable within CONNECT_SECONDS if none answers there), one of a
+    new LocalCluster of ``workers`` processes, or None for workers=0 (in this process)."""
+    if client is not None:
+        log(f"dask dashboard: {client.dashboard_link}")
+        yield client
         return
     if scheduler is None and workers == 0:
-        for _ in progress_bar((run_task(t) for t in tasks), count, progress):
-            pass
+        yield None
         return
-    from distributed import Client, LocalCluster, as_completed
+    from distributed import Client, LocalCluster
 
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-                               processes=True, dashboard_address=":0", silence_logs=40)
+    if scheduler is not None:
+        _probe(scheduler)
+        with Client(scheduler, timeout=CONNECT_SECONDS) as own:
+            log(f"dask dashboard: {own.dashboard_link}")
+            yield own
+        return
+    cluster = LocalCluster(n_workers=workers or len(_usable_cores()), threads_per_worker=1, processes=True,
+                           dashboard_address=":0", silence_logs=40)
     try:
-        with Client(scheduler or cluster) as client:
-            # a bounded window of tasks in flight, resized as workers join; a task lost with its
-            # worker is rerun by the scheduler
-            def window() -> int:
-                return IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
-
-            def submit(t: Task) -> Any:
-                return client.submit(run_task, t, key=f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}", pure=False)
-
-            running = as_completed([submit(t) for t in itertools.islice(tasks, window())])
-            for future in progress_bar(running, count, progress):
-                future.result()  # re-raises a task's error here
-                for t in itertools.islice(tasks, max(window() - running.count(), 1)):
-                    running.add(submit(t))
+        with Client(cluster, set_as_default=False) as own:
+            log(f"dask dashboard: {own.dashboard_link}")
+            yield own
     finally:
-        if cluster is not None:
-            cluster.close()
+        cluster.close()
+
+
+def _probe(address: str) -> None:
+    """SchedulerUnreachable unless a dask scheduler at ``address`` answers its identity call within
+    CONNECT_SECONDS (asked in a thread of its own, so a caller's running event loop is no matter;
+    a failed ``Client`` would leave a half-made client whose close prints a traceback at exit)."""
+    import asyncio
+    import concurrent.futures
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.core import rpc
+
+    async def identity() -> dict[str, Any]:
+        async with rpc(address, timeout=CONNECT_SECONDS) as scheduler:
+            return await asyncio.wait_for(scheduler.identity(), CONNECT_SECONDS)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            scheme, location = parse_address(address)
+            if scheme == "tcp":  # a refused connection at once (dask's connect retries it until its timeout)
+                socket.create_connection(parse_host_port(location), timeout=CONNECT_SECONDS).close()
+            answer = pool.submit(asyncio.run, identity()).result()
+        except Exception as err:  # noqa: BLE001 - refused, timed out, another protocol: all one answer
+            answer = {"error": " ".join(str(err).split()) or type(err).__name__}
+    if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
+        reason = answer.get("error", "not a dask scheduler") if isinstance(answer, dict) else "not a dask scheduler"
+        raise SchedulerUnreachable(f"no dask scheduler answered at --scheduler {address} within {CONNECT_SECONDS} s "
+                                   f"({reason[:200]}); start one with `dask scheduler` and check the address")
+
+
+def _usable_cores() -> set[int]:
+    import os
+
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def _results(client: Any, tasks: Iterator[Task], prefix: str, log: Callable[[str], None]) -> Iterator[SliceResult]:
+    """Every task's SliceResult, in this process (``client`` None) or on the cluster."""
+    if client is None:
+        for t in tasks:
+            try:
+                yield compute_slice(t)
+            except SliceError as err:
+                raise BuildFailed(f"slice {t.label} failed: {err}") from None
+        return
+    yield from _cluster_results(client, tasks, prefix, log)
+
+
+def _cluster_results(client: Any, tasks: Iterator[Task], prefix: str,
+                     log: Callable[[str], None]) -> Iterator[SliceResult]:
+    """Run the tasks (made lazily: a cluster spec's would not fit in memory at once) on the
+    cluster, a bounded window in flight (resized as workers join), and yield their results.
+
+    A task that raises is retried by dask (``RETRIES``; a task lost with its worker is rerun by
+    the scheduler); one failing every try raises BuildFailed naming the slice and the error.  A
+    result the client refuses (``accept``: EngineMismatch) is logged, its worker left out of the
+    later tasks and the slice resubmitted; BuildFailed when no worker is left.  Pending tasks are
+    cancelled when the caller stops (tasks write nothing, so nothing happens after that)."""
+    import queue
+
+    pending: dict[Any, Task] = {}
+    completed: queue.Queue[Any] = queue.Queue()  # futures put here by dask as they finish, in any state
+    refused: dict[str, str] = {}  # worker -> why
+    tries = itertools.count(1)
+
+    def submit(t: Task, key: str = "") -> None:
+        allowed = None
+        if refused:
+            allowed = [w for w in client.scheduler_info(n_workers=-1)["workers"] if w not in refused]
+            if not allowed:
+                raise BuildFailed("no worker left that runs this client's code: " + "; ".join(refused.values()))
+        key = key or f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}"
+        future = client.submit(compute_slice, t, key=key, pure=False, retries=RETRIES, workers=allowed)
+        pending[future] = t
+        future.add_done_callback(completed.put)
+
+    def fill() -> None:
+        window = IN_FLIGHT_PER_THREAD * max(sum(client.nthreads().values()), 1)
+        for t in itertools.islice(tasks, max(window - len(pending), 0)):
+            submit(t)
+
+    try:
+        fill()
+        while pending:
+            try:
+                future = completed.get(timeout=STATUS_SECONDS)
+            except queue.Empty:
+                log(_stalled(client, len(pending)))
+                continue
+            t = pending.pop(future)
+            if future.status != "finished":
+                error = " ".join(str(future.exception()).split()) if future.status == "error" else future.status
+                raise BuildFailed(f"slice {t.label} failed on every try ({1 + RETRIES}): {error}")
+            result = future.result()
+            future.release()
+            try:
+                check_provenance(result, provenance())
+            except EngineMismatch as err:
+                refused.setdefault(result.worker, str(err))
+                log(f"refused: {err}; its later tasks go to the other workers")
+                submit(t, f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}-retry{next(tries)}")
+                continue
+            yield result
+            fill()
+    finally:
+        if pending:
+            client.cancel(list(pending))
+
+
+def _stalled(client: Any, running: int) -> str:
+    """One line on why no slice finished lately: workers connected, paused (over their memory
+    limit's pause fraction, ``distributed.worker.memory.pause``) or gone."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        return f"no slice finished in {STATUS_SECONDS} s: no worker is connected to the scheduler"
+    paused = sorted(w for w, info in workers.items() if info.get("status") == "paused")
+    line = f"no slice finished in {STATUS_SECONDS} s: {running} slices submitted, {len(workers)} workers"
+    if paused:
+        names = ", ".join(paused[:3]) + (", ..." if len(paused) > 3 else "")
+        line += f", {len(paused)} paused by dask for memory ({names}): raise their --memory-limit"
+    return line
 
 
 def progress_bar(items: Iterable[Any], total: int, enabled: bool, unit: str = "slice") -> Iterable[Any]:
@@ -308,7 +545,7 @@ def _import_build_extra(distributed: bool, progress: bool) -> None:
     a missing one stops it at once (the CLI names the extra to install)."""
     import importlib
 
-    for name in ("xarray", *(["distributed"] if distributed else []), *(["tqdm"] if progress else [])):
+    for name in ("xarray", "dask.array", *(["distributed"] if distributed else []), *(["tqdm"] if progress else [])):
         importlib.import_module(name)
 
 
@@ -387,7 +624,7 @@ def _time_logged(spec: Spec, staging: Path, r: int, e: int, log: Callable[[str],
     """Wall seconds of slice (``r``, ``e``) as a worker runs it (its engine calls and its write to
     the staging store), logged as it finishes (a sampled slice of a fine spec takes minutes)."""
     start = time.perf_counter()
-    run_task(task(spec, staging, r, e))
+    accept(staging, compute_slice(task(spec, r, e)))
     seconds = time.perf_counter() - start
     log(f"  timed {spec.rows[r].label} eps0 {spec.eps0[e]:g} ({spec.n.size} curves): {seconds:.2f} s")
     return seconds

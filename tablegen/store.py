@@ -5,8 +5,8 @@ Staging (``OUT.staging/``, next to the output so renames stay on one file system
 * ``spec.json``: the canonical spec, its SHA-256 and the engine version; a staging store is
   only resumed by the same spec and engine;
 * ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
-  (mechanism, eps0) slice with a crc32c checksum, each written whole, once, by the worker that
-  computed the slice;
+  (mechanism, eps0) slice, zstd-compressed with a crc32c checksum, each written whole, once, by
+  the client that received the slice from a worker (workers never see this store);
 * ``done/R_E/all``: an empty marker written after both chunks of slice (R, E).  A slice counts as
   finished only through its marker, so a kill at any moment loses at most the slices being
   written, and a torn chunk is simply recomputed.  (Staging stores begun before slices were the
@@ -16,7 +16,10 @@ Staging (``OUT.staging/``, next to the output so renames stay on one file system
 Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
 certification settings), chunked per mechanism row, crc32c on every chunk, metadata
 consolidated once, and ``MANIFEST.sha256`` (``sha256sum -c`` format) over every other file.
-It is written beside ``OUT``, verified, and swapped in with one atomic rename.
+It is written beside ``OUT``, verified, and swapped in with one atomic rename.  A table's
+variables are streamed in (``publish_rows``): one mechanism row of one variable in memory at a
+time, read slice by slice from the staging store, so the client's memory does not grow with the
+number of rows.
 
 One build per output at a time (``build_lock``): ``OUT.lock`` beside the output, held with
 ``flock`` for the whole build (the kernel releases it when the holder dies, so a lock left by a
@@ -47,7 +50,7 @@ import shutil
 import socket
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +126,13 @@ def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]
 
     def setup(staging: Path) -> None:
         import zarr
-        from zarr.codecs import BytesCodec, Crc32cCodec
+        from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
 
         (staging / "done").mkdir(exist_ok=True)
         group = zarr.open_group(staging / CELLS, mode="w", zarr_format=3)
         for name in VARIABLES:  # a chunk per slice: two files per task (a file per curve cost seconds a slice)
-            group.create_array(name, shape=shape, chunks=(1, 1, *shape[2:]), dtype="f8",
-                               fill_value=np.nan, serializer=BytesCodec(), compressors=[Crc32cCodec()])
+            group.create_array(name, shape=shape, chunks=(1, 1, *shape[2:]), dtype="f8", fill_value=np.nan,
+                               serializer=BytesCodec(), compressors=[ZstdCodec(level=3), Crc32cCodec()])
 
     return claim_staging(out, header, setup)
 
@@ -164,19 +167,18 @@ def write_slice(staging: str | Path, cell: tuple[int, int], eps: np.ndarray, eps
     marker.touch()
 
 
-def read_staging(staging: Path) -> dict[str, np.ndarray]:
-    """Both arrays of a finished staging store; refuses missing values in ``eps`` (a marker
-    whose chunk was lost, e.g. to a power cut before the data reached the disk)."""
+def read_slice(staging: Path, r: int, e: int) -> dict[str, np.ndarray]:
+    """Both arrays (n, delta) of finished slice (``r``, ``e``); refuses missing values in ``eps``
+    (a marker whose chunk was lost, e.g. to a power cut before the data reached the disk) and
+    removes that slice's marker, so the next build recomputes it."""
     import zarr
 
-    group = zarr.open_group(staging / CELLS, mode="r")
-    values = {name: group[name][...] for name in VARIABLES}
+    values = {name: zarr.open_array(staging / CELLS / name, mode="r")[r, e] for name in VARIABLES}
     missing = np.argwhere(np.isnan(values["eps"]).any(axis=-1))
     if missing.size:
-        r, e, n = (int(i) for i in missing[0])
         shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
-        raise StoreError(f"{staging}: curve {(r, e, n)} has a marker but no values; the markers of its slice were "
-                         "removed, run the build again to recompute it")
+        raise StoreError(f"{staging}: curve {(r, e, int(missing[0][0]))} has a marker but no values; the markers of "
+                         "its slice were removed, run the build again to recompute it")
     return values
 
 
@@ -291,21 +293,26 @@ def round_float32(values: np.ndarray, up: bool, bits: int = FLOAT32_BITS) -> np.
     return single
 
 
+def quantization_attributes(up: bool, bits: int) -> dict[str, Any]:
+    """The attributes stating a compact variable's rounding (``round_float32`` with ``bits``)."""
+    way, side = ("up", ">=") if up else ("down", "<=")
+    return {
+        "quantization": f"float32 with {bits} mantissa bits, each value rounded {way} from the computed float64 "
+                        f"(decoded {side} it, by less than 2^-{bits} of it); NaN, inf and 0 kept",
+        "quantization_bits": bits,
+        "quantization_rounding": way,
+        "quantization_max_relative_cost": 2.0 ** -bits,
+    }
+
+
 def compact(dataset: Any, rounding: dict[str, bool], bits: int = MANTISSA_BITS) -> Any:
     """``dataset`` with each variable of ``rounding`` as float32 rounded to ``bits`` mantissa bits
     (up where True, down where False: ``round_float32``), the rounding stated in its attributes."""
     out = dataset.copy()
     for name, up in rounding.items():
         var = dataset[name]
-        way, side = ("up", ">=") if up else ("down", "<=")
         out[name] = var.copy(data=round_float32(var.values, up, bits))
-        out[name].attrs.update({
-            "quantization": f"float32 with {bits} mantissa bits, each value rounded {way} from the computed float64 "
-                            f"(decoded {side} it, by less than 2^-{bits} of it); NaN, inf and 0 kept",
-            "quantization_bits": bits,
-            "quantization_rounding": way,
-            "quantization_max_relative_cost": 2.0 ** -bits,
-        })
+        out[name].attrs.update(quantization_attributes(up, bits))
     return out
 
 
@@ -327,27 +334,73 @@ def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | 
     """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,
     ``lookup.trust.sign``), verify, and swap it in atomically; the variables of
     ``compact_variables`` are written compact (``compact`` with ``bits``)."""
-    out = Path(out)
-    _clear_leftovers(out)
-    check_replaceable(out)
-    tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
     compacted = compact_variables or {}
     if compacted:
         dataset = compact(dataset, compacted, bits)
+    _publish_with(out, lambda tmp: _write_dataset(dataset, tmp, compacted), sign_key)
+
+
+def publish_rows(template: Any, out: str | Path, read_slice: Callable[[int, int], dict[str, np.ndarray]],
+                 rounding: dict[str, bool], bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
+    """``publish`` of a table whose variables of ``rounding`` (mechanism, eps0, n, delta) are
+    streamed: ``template`` holds them as lazy (dask) arrays, never computed; each mechanism row
+    is filled from ``read_slice(r, e)`` (float64 arrays (n, delta) by variable), rounded slice by
+    slice into one float32 row (``round_float32``, so the bytes are those ``publish`` writes) and
+    written as its chunk.  Memory: one row of one variable (4 bytes x eps0 x n x delta) and the
+    codecs' copies of it, whatever the number of rows."""
+    import dask.array
+
+    template = template.copy()
+    for name, up in rounding.items():
+        var = template[name]
+        template[name] = var.copy(data=dask.array.zeros(var.shape, chunks=(1, *var.shape[1:]), dtype="f4"))
+        template[name].attrs.update(quantization_attributes(up, bits))
+
+    def write(tmp: Path) -> None:
+        import zarr
+
+        _write_dataset(template, tmp, rounding)  # coordinates and metadata; lazy variables left unwritten
+        rows, eps0 = template[next(iter(rounding))].shape[:2]
+        for name, up in rounding.items():
+            array = zarr.open_array(tmp / name, mode="r+")
+            row = np.empty(array.shape[1:], dtype="<f4")
+            for r in range(rows):
+                for e in range(eps0):
+                    row[e] = round_float32(read_slice(r, e)[name], up, bits)
+                array[r] = row
+
+    _publish_with(out, write, sign_key)
+
+
+def _write_dataset(dataset: Any, tmp: Path, compacted: dict[str, bool]) -> None:
+    """``dataset`` to a new zarr v3 store ``tmp`` (lazy variables: metadata only), ``_encoding``."""
     encoding = {name: _encoding(var, name in compacted) for name, var in dataset.variables.items()}
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not (yet) in the v3 spec; we consolidate on purpose
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-        dataset.to_zarr(tmp, mode="w-", encoding=encoding, consolidated=True, zarr_format=3)
-    write_manifest(tmp)
-    problems = check_manifest(tmp) + check_chunks(tmp)
-    if problems:
-        shutil.rmtree(tmp)
-        raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
-    if sign_key is not None:
-        from lookup.trust import sign
+        dataset.to_zarr(tmp, mode="w-", encoding=encoding, consolidated=True, zarr_format=3, compute=False)
 
-        sign(tmp, sign_key)
+
+def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str | Path | None) -> None:
+    """Run ``write`` on a new folder beside ``out``, add the manifest (and signature), verify,
+    and swap it in atomically; the folder is removed if any step fails."""
+    out = Path(out)
+    _clear_leftovers(out)
+    check_replaceable(out)
+    tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
+    try:
+        write(tmp)
+        write_manifest(tmp)
+        problems = check_manifest(tmp) + check_chunks(tmp)
+        if problems:
+            raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
+        if sign_key is not None:
+            from lookup.trust import sign
+
+            sign(tmp, sign_key)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     _swap_into_place(tmp, out)
 
 
@@ -362,11 +415,28 @@ def check_manifest(store: str | Path) -> list[str]:
     if not (store / MANIFEST).is_file():
         return [f"{store}: no {MANIFEST} (not a published table?)"]
     listed = read_manifest(store)
-    files = {rel: (store / rel).read_bytes() for rel in listed if (store / rel).is_file()}
-    unlisted, missing, bad = manifest_mismatches(store, listed, files)
+    unlisted, missing, bad = manifest_mismatches(store, listed, _FilesRead(store, listed))
     return ([f"{rel}: file not in the manifest" for rel in unlisted]
             + [f"{rel}: listed in the manifest but missing" for rel in missing]
             + [f"{rel}: SHA-256 does not match the manifest" for rel in bad])
+
+
+class _FilesRead(Mapping[str, bytes]):
+    """The listed files of a store that exist, each read when asked for (one in memory at a time)."""
+
+    def __init__(self, store: Path, listed: dict[str, str]) -> None:
+        self.store, self.names = store, {rel: None for rel in listed if (store / rel).is_file()}
+
+    def __getitem__(self, rel: str) -> bytes:
+        if rel not in self.names:
+            raise KeyError(rel)
+        return (self.store / rel).read_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def check_chunks(store: str | Path) -> list[str]:
