@@ -378,8 +378,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
     return app
 
 
-MECHANISMS = ("krr", "generic", "generic-closed-form", "blh", "olh", "rappor", "oue", "hr", "laplace", "finite",
-              "joint", "parallel")  # the engine's registry and the closed form (a test keeps it equal)
+MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # -> (required, optional) parameters
+    "krr": (("k",), ()), "generic": ((), ("delta0",)), "generic-closed-form": ((), ()), "blh": ((), ("domain",)),
+    "olh": ((), ("g", "domain")), "rappor": ((), ("domain",)), "oue": ((), ("domain",)), "hr": ((), ("domain",)),
+    "laplace": ((), ()), "finite": (("matrix",), ()), "joint": (("base",), ("parts", "k", "g")),
+    "parallel": (("bases", "weights"), ("k", "g")),
+}  # the engine's registry (tablegen.mechanisms) and the closed form: a test keeps them equal
 NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the engine's limits check
     "eps0": ("local privacy parameter", {"type": "number", "exclusiveMinimum": 0, "maximum": 40}),
     "n": ("number of users, an integer (1e6 accepted)", {"type": "number", "minimum": 1, "maximum": 1e18,
@@ -387,11 +391,14 @@ NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the 
     "delta": ("target delta", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
     "eps": ("target eps", {"type": "number", "minimum": 0, "maximum": 1e300}),
 }
+BASES = [m for m in MECHANISMS if m not in ("generic-closed-form", "finite", "joint", "parallel")]
 PARAMS = {  # the mechanism parameters' schemas (lookup.params.HELP says what each one is)
     "k": {"type": "integer", "minimum": 2}, "g": {"type": "integer", "minimum": 2},
     "domain": {"type": "integer", "minimum": 2}, "delta0": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-    "matrix": {"type": "string"}, "base": {"type": "string", "enum": list(MECHANISMS)},
-    "parts": {"type": "integer", "minimum": 1}, "bases": {"type": "string"}, "weights": {"type": "string"},
+    "matrix": {"type": "string", "contentMediaType": "application/json"}, "base": {"type": "string", "enum": BASES},
+    "parts": {"type": "integer", "minimum": 1, "maximum": 32},
+    "bases": {"type": "string", "pattern": f"^({'|'.join(BASES)})(,({'|'.join(BASES)}))*$"},
+    "weights": {"type": "string", "pattern": "^[0-9.eE+-]+(,[0-9.eE+-]+)*$"},
 }
 NULLABLE = {"type": ["number", "null"]}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
@@ -399,26 +406,32 @@ ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type
 
 def openapi() -> dict[str, Any]:
     """The OpenAPI 3.1 description of the endpoints, built from the same tables the handler uses
-    (``ENDPOINTS``, the mechanism parameters of ``lookup.params.HELP``), so it cannot drift: typed
-    and ranged parameters, and the media type and schema of every status the server answers."""
-    def parameter(name: str, required: bool, text: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {"name": name, "in": "query", "required": required, "description": text, "schema": schema}
-
+    (``ENDPOINTS``, ``MECHANISMS``, ``lookup.params.HELP``), precise enough to fuzz: the query of
+    each endpoint is one object (form style, exploded: ``?mechanism=krr&k=10&eps0=...``), one of a
+    branch per mechanism with its own parameters, typed and ranged; every status the server
+    answers has its media type and schema."""
     def json_body(schema: dict[str, Any], text: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"description": text, "content": {"application/json": {"schema": schema}}, **(
             {"headers": headers} if headers else {})}
+
+    def query(kind: str, required: tuple[str, ...]) -> dict[str, Any]:
+        common = {**{n: {**NUMBERS[n][1], "description": NUMBERS[n][0]} for n in required},
+                  "live": {"type": "boolean", "description": "true (default): compute live off the table"},
+                  "max_slack": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "enum": ["none"]}],
+                                "description": "refine answers whose slack estimate is above this; none: table only"}}
+        branches = [{"type": "object", "title": name, "additionalProperties": False,
+                     "required": ["mechanism", *required, *needs],
+                     "properties": {"mechanism": {"const": name}, **common,
+                                    **{p: {**PARAMS[p], "description": HELP[p]} for p in (*needs, *optional)}}}
+                    for name, (needs, optional) in MECHANISMS.items() if kind == "eps" or name != "generic-closed-form"]
+        return {"name": "query", "in": "query", "style": "form", "explode": True, "required": True,
+                "schema": {"oneOf": branches}}
 
     retry = {"Retry-After": {"description": "seconds", "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
     refusals = {"400": json_body(ERROR, "bad request: the message names the parameter"),
                 "405": json_body(ERROR, "read-only: GET and HEAD only", {"Allow": {"schema": {"type": "string"}}}),
                 "413": json_body(ERROR, "a request with a body"), "414": json_body(ERROR, "URL over 2048 characters"),
                 "default": json_body(ERROR, "404: unknown path")}
-    common = [parameter("mechanism", True, "the local randomizer", {"type": "string", "enum": list(MECHANISMS)}),
-              *(parameter(name, False, text, PARAMS[name]) for name, text in HELP.items()),
-              parameter("live", False, "true (default): compute live off the table; false: refuse instead",
-                        {"type": "boolean"}),
-              parameter("max_slack", False, "refine answers whose slack estimate is above this; none: table only",
-                        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "enum": ["none"]}]})]
     paths = {}
     for path, (kind, required) in ENDPOINTS.items():
         value, lower = KEYS[kind]
@@ -431,9 +444,8 @@ def openapi() -> dict[str, Any]:
                                       "the table's, its refinement not ready)"),
                      "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
                      "503": json_body(ERROR, "live work queue full or over its limits", retry), **refusals}
-        numbers = [parameter(n, True, NUMBERS[n][0], NUMBERS[n][1]) for n in required]
         paths[path] = {"get": {"operationId": kind, "summary": f"certified {kind.replace('_', '-')}",
-                               "parameters": [*numbers, *common], "responses": responses}}
+                               "parameters": [query(kind, required)], "responses": responses}}
     text = {"text/plain": {"schema": {"type": "string"}}}
     plain = {"200": {"description": "Prometheus text format", "content": text}, **refusals}
     health = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
