@@ -34,8 +34,10 @@ def query_options(func: Any) -> Any:
                           f"{MAX_SLACK:g}, {MAX_SLACK_EPS0:g} for eps0-max; 'none': table only)"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
         click.option("--trusted-key", "trusted_key", multiple=True,
-                     help="Ed25519 public key (PEM) whose signed tables need no spot certification (repeatable; "
-                          "also $SHUFFLE_EPS_TRUSTED_KEYS)"),
+                     help="Ed25519 public key (PEM) whose signed tables are trusted; once one is given, only "
+                          "shipped or signed tables are answered from (repeatable; also $SHUFFLE_EPS_TRUSTED_KEYS)"),
+        click.option("--unverified", is_flag=True,
+                     help='answer from a table nothing vouches for, labelled "certified": false (docs/trust.md)'),
     ]
     for option in reversed(options):
         func = option(func)
@@ -91,12 +93,17 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
     if keys:  # read by lookup.trust when the table is opened
         os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
 
+    unverified = raw.pop("unverified", False)
+
     def run() -> dict[str, Any]:
         arguments = query_arguments(numbers, raw)
-        answer = getattr(lookup, kind)(mechanism, table=table, live=not no_live,
+        opened = lookup.open_table(table, verified=False) if unverified else table  # lookup.trust: provenance
+        answer = getattr(lookup, kind)(mechanism, table=opened, live=not no_live,
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
         rounds, rate = arguments.get("rounds"), arguments.get("sample_rate")
         out = json_ready(kind, answer, int(rounds) if rounds is not None else None)
+        if unverified and not opened.certified:
+            out["certified"] = False
         return out if rate is None else {**out, "sample_rate": rate}
 
     _answer(run, as_json)

@@ -58,8 +58,10 @@ class DeviceFileError(ValueError):
 class DeviceTable:
     """A parsed device file: header and the two float32 surfaces as flat arrays."""
 
-    def __init__(self, header: dict[str, Any], upper: array, lower: array) -> None:
+    def __init__(self, header: dict[str, Any], upper: array, lower: array, provenance: str = "") -> None:
         self.header = header
+        self.provenance = provenance  # why it is trusted (lookup.trust): "shipped", "built", "signed", "verified"
+        self.certified = provenance not in ("", "unverified")
         self.upper = upper
         self.lower = lower
         self.shape = tuple(header["shape"])
@@ -162,7 +164,7 @@ def encode(header: dict[str, Any], payload: bytes) -> bytes:
     return MAGIC + struct.pack("<I", len(text)) + text + payload
 
 
-def _digest_in(text: bytes) -> str | None:
+def digest_in(text: bytes) -> str | None:
     """The 64 lowercase hex digits a format-2 header ends with (None if it does not end so)."""
     end = len(text) - len(DIGEST_TAIL)
     digits = text[end - 64:end]
@@ -206,10 +208,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def read_device(path: str) -> DeviceTable:
+def read_device(path: str, verified: bool = True) -> DeviceTable:
     """Parse and check a device file (standard library only): magic, strict JSON header, format,
     checksum, every header key and the payload's length; a row's values are checked before its
-    first answer (``DeviceTable.eps``)."""
+    first answer (``DeviceTable.eps``).  A checksum proves the file intact, not who wrote it: with
+    ``verified`` (the default) the file is answered from only where ``lookup.trust.provenance``
+    vouches for its SHA-256 (shipped, built here by ``tablegen export``, signed by a trusted key,
+    or verified here), else DeviceFileError naming the four ways; ``verified=False`` reads it with
+    ``DeviceTable.certified`` False (its answers are not certified)."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 12 or data[:8] != MAGIC:
@@ -229,7 +235,7 @@ def read_device(path: str) -> DeviceTable:
     if fmt == 1:
         matches = checksum_v1(header, payload) == header.get("sha256")
     else:
-        digest = _digest_in(text)
+        digest = digest_in(text)
         if digest is None or header.get("sha256") != digest:
             raise DeviceFileError(f"{path}: refused, the header does not end with its SHA-256 "
                                   '(,"sha256":"<64 lowercase hex digits>"})')
@@ -250,7 +256,25 @@ def read_device(path: str) -> DeviceTable:
     values.frombytes(payload)
     if sys.byteorder == "big":
         values.byteswap()
-    return DeviceTable(header, values[:count], values[count:])
+    return DeviceTable(header, values[:count], values[count:], _provenance(path, header["sha256"], verified))
+
+
+def _provenance(path: str, digest: str, verified: bool) -> str:
+    """Why the device file with ``digest`` is trusted (``lookup.trust.provenance``); "unverified"
+    where not ``verified`` (not asked: the standard library alone reads it then), DeviceFileError
+    where nothing vouches for it."""
+    if not verified:
+        return "unverified"
+    from lookup import trust
+
+    try:
+        how, why = trust.provenance(path, digest)
+    except ValueError as err:  # a trusted key's signature that does not verify, an unreadable key
+        raise DeviceFileError(str(err)) from None
+    if how is None:
+        raise DeviceFileError(f"{path}: refused, nothing vouches for it ({why}). A device file is answered from only "
+                              f"if it was {trust.WAYS}")
+    return how
 
 
 def check_row(table: DeviceTable, r: int) -> None:

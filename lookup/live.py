@@ -3,7 +3,14 @@
 The cache is in memory and, when ``$SHUFFLE_EPS_CACHE`` names a directory, also on disk (one
 JSON file per answer, written atomically), keyed by the query, the mechanism's parameters and
 the engine version: a cached value is the engine's certified value (or its verdict on a
-candidate, ``certifies``), never an interpolation.
+candidate, ``certifies``, kept in memory only), never an interpolation.
+
+A file on disk is believed only if it is authentic and still certified (issue 37): each carries
+an HMAC-SHA256 of its key and value by the per-user secret (``lookup.trust.mac``; an entry planted
+or edited by whoever cannot read the secret is ignored), and a hit is re-certified by one engine
+evaluation before use (``_recertified``: ``certifies`` at the cached eps, delta or eps0); one that
+fails is recomputed and overwritten.  Composed answers have no one-evaluation check: the HMAC alone
+vouches for them.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from lookup import trust
 
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
 
@@ -118,20 +127,38 @@ def _cached(kind: str, mechanism: str, point: dict[str, float], params: dict[str
     from tablegen import ENGINE_VERSION
 
     key = json.dumps([kind, mechanism, point, params, ENGINE_VERSION], sort_keys=True, default=str)
-    return list(_memory(key, compute))
+    if key not in _MEMORY:
+        on_disk = kind not in VERDICTS
+        hit = _disk_read(key) if on_disk else None
+        if hit is None or not _recertified(kind, mechanism, point, params, hit[0]):
+            hit = tuple(compute())
+            if on_disk:
+                _disk_write(key, hit)
+        _MEMORY[key] = hit
+    return list(_MEMORY[key])
 
 
 _MEMORY: dict[str, tuple[float, ...]] = {}
+VERDICTS = ("certifies", "proves_above")  # one evaluation each: recomputed, never read from disk
 
 
-def _memory(key: str, compute: Any) -> tuple[float, ...]:
-    if key not in _MEMORY:
-        hit = _disk_read(key)
-        if hit is None:
-            hit = tuple(compute())
-            _disk_write(key, hit)
-        _MEMORY[key] = hit
-    return _MEMORY[key]
+def _recertified(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any], value: float) -> bool:
+    """Whether the engine certifies a cached ``value`` again, by one evaluation of
+    ``tablegen.engine.certifies``: eps at (eps0, n, delta), delta at (eps0, n, eps), eps0 at
+    (n, eps, delta) (a largest certified eps0); composed answers: True (no such check)."""
+    from tablegen.engine import certifies
+
+    if kind == "composed_eps":
+        return True
+    at = {"eps0": point.get("eps0"), "eps": point.get("eps"), "delta": point.get("delta")}
+    at[{"eps": "eps", "eps_upper": "eps", "delta": "delta", "delta_upper": "delta", "eps0_max": "eps0"}[kind]] = value
+    if not (math.isfinite(value) and value >= 0 and 0 < at["delta"] < 1 and at["eps0"] > 0):
+        return False
+    try:
+        return bool(certifies(mechanism, eps0=at["eps0"], n=int(point["n"]), eps=at["eps"], delta=at["delta"],
+                              **params))
+    except ValueError:
+        return False
 
 
 def _disk_path(key: str) -> Path | None:
@@ -147,17 +174,26 @@ def _disk_read(key: str) -> tuple[float, ...] | None:
         return None
     try:
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        value = tuple(float(v) for v in record["value"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return tuple(record["value"]) if record.get("key") == key else None
+    if record.get("key") != key or not trust.authentic(_signed_text(key, value), record.get("mac")):
+        return None  # planted, edited, or written under another user's secret
+    return value
+
+
+def _signed_text(key: str, value: tuple[float, ...]) -> str:
+    """What an entry's HMAC covers: its key and its values' exact text."""
+    return json.dumps([key, [repr(v) for v in value]])
 
 
 def _disk_write(key: str, value: tuple[float, ...]) -> None:
     path = _disk_path(key)
-    if path is None:
-        return
+    tag = None if path is None else trust.mac(_signed_text(key, value))
+    if path is None or tag is None:
+        return  # no cache directory, or no secret to authenticate the entry with: memory only
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique per thread and process
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"key": key, "value": list(value)}))
+        f.write(json.dumps({"key": key, "value": list(value), "mac": tag}))
     os.replace(tmp, path)

@@ -23,11 +23,22 @@ this module may read (not the arrays' own ``zarr.json``: the root's consolidated
 file's bytes are hashed when first read, re-read once on a mismatch, and refused if it persists.
 The descriptors pin the files of the table as opened: a row read later comes from that table even
 if another table has been published over it since (a publish swaps directories, then deletes the
-old one).  Each descriptor is closed once its file has been read and verified.
+old one).  Each descriptor is closed once its file has been read and verified.  Files are opened
+without following symbolic links, and a listed path leaving the store (absolute, "..") is refused.
+
+Bounded reading (issue 37): what a file declares is checked against limits before anything is
+allocated or decoded, so a forged store is refused in milliseconds and a few MB: a one-dimensional
+array (an axis, the labels) holds at most ``MAX_AXIS`` values, a decoded chunk at most
+``MAX_CHUNK_BYTES``, a row along the first axis at most ``MAX_ROW_BYTES`` (as float64), a whole
+array read at once ``MAX_ARRAY_BYTES``, a file ``MAX_FILE_BYTES``; a compressed chunk must declare
+(blosc header, zstd frame content size) exactly the size its array's chunk shape gives, and a
+vlen-utf8 chunk exactly its number of items.  The default table is far inside every limit (rows of
+2.9 MB, a largest file of 0.5 MB).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -45,6 +56,12 @@ NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int3
                                                   "uint32", "uint64", "float16", "float32", "float64")}
 FILL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 COMPRESSORS = ("blosc", "zstd", "crc32c")
+MAX_AXIS = 1 << 20  # values of a one-dimensional array (an axis or the labels; the default table: 351 at most)
+MAX_CHUNK_BYTES = 64 << 20  # a decoded chunk (the default table's row chunk: 2.9 MB)
+MAX_ROW_BYTES = 128 << 20  # a row along the first axis, as float64 (the default table: 5.9 MB)
+MAX_ARRAY_BYTES = 1 << 30  # a whole array read at once, as float64 (the default table's eps: 123 MB)
+MAX_FILE_BYTES = 256 << 20  # one file of a store (the default table: 0.5 MB at most)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class Unsupported(Exception):
@@ -74,7 +91,10 @@ class Snapshot:
         directory = _open_directory(store)
         try:
             with self._open(directory, MANIFEST) as manifest:
-                self.listed = parse_manifest(manifest.read().decode())
+                self.listed = parse_manifest(_read_bounded(store, MANIFEST, manifest).decode())
+            leaving = sorted(rel for rel in self.listed if not safe_relative(rel))
+            if leaving:
+                raise IntegrityError(store, f"the manifest lists {leaving[0]!r}, a path leaving the store")
             present = set(_present(store, directory))
             differ = sorted(present.symmetric_difference(self.listed))
             # every file but the arrays' own metadata (the root's consolidated copy is read instead)
@@ -84,6 +104,11 @@ class Snapshot:
                         self._files[rel] = self._open(directory, rel)
                     except FileNotFoundError:  # removed since the listing
                         differ.append(rel)
+        except OSError as err:
+            self.close()
+            if err.errno == errno.ELOOP:
+                raise IntegrityError(store, "it holds a symbolic link (a store holds plain files only)") from None
+            raise
         finally:
             if directory is not None:
                 os.close(directory)
@@ -92,9 +117,13 @@ class Snapshot:
             raise IntegrityError(store, f"file set differs from the manifest ({differ[0]})")
 
     def _open(self, directory: int | None, rel: str) -> Any:
+        """``rel`` opened for reading, never through a symbolic link (ELOOP where it is one)."""
         if directory is None:
+            if (self.store / rel).is_symlink():
+                raise OSError(errno.ELOOP, "symbolic link", rel)
             return open(self.store / rel, "rb")  # noqa: SIM115 - held open until read
-        return open(os.open(rel, os.O_RDONLY | getattr(os, "O_BINARY", 0), dir_fd=directory), "rb")  # noqa: SIM115
+        flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        return open(os.open(rel, flags, dir_fd=directory), "rb")  # noqa: SIM115
 
     def read(self, rel: str) -> bytes | None:
         """The verified bytes of ``rel``; None for a file the manifest does not list (a chunk
@@ -110,7 +139,7 @@ class Snapshot:
             handle = self._files[rel]
             for _ in range(2):  # a mismatch is re-read once before the table is refused
                 handle.seek(0)
-                data = handle.read()
+                data = _read_bounded(self.store, rel, handle)
                 if hashlib.sha256(data).hexdigest() == self.listed[rel]:
                     break
             else:
@@ -125,9 +154,24 @@ class Snapshot:
         self._finalizer()
 
 
+def _read_bounded(store: Path, rel: str, handle: Any) -> bytes:
+    """All of an open file, refused (``IntegrityError``) where it is larger than ``MAX_FILE_BYTES``
+    (asked of the descriptor first: ``read(limit)`` would allocate the limit)."""
+    if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
+        raise IntegrityError(store, f"{rel} is larger than {MAX_FILE_BYTES} bytes")
+    return handle.read()
+
+
 def _close_all(files: dict[str, Any]) -> None:
     for handle in files.values():
         handle.close()
+
+
+def safe_relative(rel: str) -> bool:
+    """Whether a listed path stays inside its store (relative, no "..", no empty part)."""
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith(("/", "\\")) and ":" not in rel and all(
+        part not in ("", ".", "..") and "\\" not in part for part in parts)
 
 
 def _open_directory(store: Path) -> int | None:
@@ -154,6 +198,7 @@ class StoreGroup:
 
     def __init__(self, store: Path, snapshot: Snapshot) -> None:
         self.path, self.snapshot = store, snapshot
+        self.listed = snapshot.listed  # the manifest listing the files were verified against
         root = snapshot.read("zarr.json")
         if root is None:
             raise Unsupported("no zarr.json")
@@ -189,6 +234,8 @@ class StoreArray:
             raise Unsupported(f"{name}: chunk shape or key separator")
         self._parse_codecs(meta)
         self.fill = _fill_value(name, self.dtype, meta.get("fill_value"))
+        self.attrs: dict[str, Any] = meta.get("attributes", {})
+        check_shape(name, self.shape, self.chunks, self.stored.itemsize)
 
     def _parse_codecs(self, meta: dict[str, Any]) -> None:
         """``self.order`` (transpose, or None), ``self.stored`` (the data type as encoded),
@@ -219,6 +266,9 @@ class StoreArray:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         if key is Ellipsis:  # a writable array, as zarr returns
+            if 8 * math.prod(self.shape) > MAX_ARRAY_BYTES:
+                raise IntegrityError(self.group.path, f"{self.name} declares {self.shape} values, more than a "
+                                     f"whole-array read of {MAX_ARRAY_BYTES} bytes allows")
             whole = self.rows(0, self.shape[0]) if self.shape else self._chunk(())
             return whole if whole.flags.writeable else whole.copy()
         if isinstance(key, int | np.integer) and self.shape:
@@ -261,8 +311,13 @@ class StoreArray:
             raise IntegrityError(snapshot.store, snapshot.refused) from None
 
     def _decode(self, data: bytes) -> np.ndarray:
-        """The chunk encoded in ``data``: the codecs undone in reverse order."""
-        for name in reversed(self.compressors):
+        """The chunk encoded in ``data``: the codecs undone in reverse order, each decompression
+        only once the size it declares is the size expected (``declared_size``)."""
+        expected = math.prod(self.chunks) * self.stored.itemsize if self.dtype.kind != "O" else None
+        for stage, name in enumerate(reversed(self.compressors)):
+            if name != "crc32c":
+                last = all(c == "crc32c" for c in list(reversed(self.compressors))[stage + 1:])
+                check_declared_size(self.name, name, data, expected if last else None)
             if name == "crc32c":
                 if len(data) < 4 or crc32c(data[:-4]) != int.from_bytes(data[-4:], "little"):
                     raise ValueError("crc32c checksum mismatch")
@@ -279,10 +334,89 @@ class StoreArray:
         if self.dtype.kind == "O":
             from numcodecs.vlen import VLenUTF8
 
+            if len(data) < 4 or int.from_bytes(data[:4], "little") != math.prod(self.chunks):
+                raise ValueError(f"a vlen-utf8 chunk declaring other than {math.prod(self.chunks)} items")
             values = VLenUTF8().decode(data).reshape(encoded)
         else:
             values = np.frombuffer(data, dtype=self.stored).reshape(encoded).astype(self.dtype, copy=False)
         return values.transpose(np.argsort(self.order)) if self.order else values
+
+
+def check_shape(name: str, shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> None:
+    """Declared shape and chunk shape of array ``name`` within the limits (``MAX_AXIS``,
+    ``MAX_CHUNK_BYTES``, ``MAX_ROW_BYTES``); ``Refused`` naming the array otherwise, before
+    anything is allocated."""
+    if any(s < 0 for s in shape) or any(c < 1 for c in chunks):
+        raise Refused(f"{name} declares shape {shape} with chunks {chunks}")
+    if len(shape) == 1 and shape[0] > MAX_AXIS:
+        raise Refused(f"{name} declares {shape[0]} values, more than {MAX_AXIS}")
+    if math.prod(chunks) * max(itemsize, 8) > MAX_CHUNK_BYTES:
+        raise Refused(f"{name} declares chunks of {chunks}, more than {MAX_CHUNK_BYTES} bytes decoded")
+    if shape and 8 * math.prod(shape[1:]) > MAX_ROW_BYTES:
+        raise Refused(f"{name} declares rows of {shape[1:]}, more than {MAX_ROW_BYTES} bytes")
+
+
+def check_declared_size(array: str, codec: str, data: bytes, expected: int | None) -> None:
+    """The decompressed size a blosc or zstd chunk declares is ``expected`` (at most
+    ``MAX_CHUNK_BYTES`` where None), read from its header before decompressing; ValueError."""
+    size = declared_size(codec, data)
+    if size is None or size > MAX_CHUNK_BYTES or (expected is not None and size != expected):
+        want = f"{expected}" if expected is not None else f"at most {MAX_CHUNK_BYTES}"
+        raise ValueError(f"{array}: a {codec} chunk of {len(data)} bytes declares {size} bytes decompressed, "
+                         f"expected {want}")
+
+
+def declared_size(codec: str, data: bytes) -> int | None:
+    """Decompressed size declared by a blosc header (bytes 4-7, little-endian) or a zstd frame
+    header (its Frame_Content_Size, RFC 8878 section 3.1.1.1); None where it declares none."""
+    if codec == "blosc":
+        return int.from_bytes(data[4:8], "little") if len(data) >= 16 else None
+    if len(data) < 6 or data[:4] != ZSTD_MAGIC:
+        return None
+    descriptor = data[4]
+    fcs_flag, single = descriptor >> 6, (descriptor >> 5) & 1
+    start = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
+    width = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or len(data) < start + width:
+        return None
+    size = int.from_bytes(data[start:start + width], "little")
+    return size + 256 if width == 2 else size
+
+
+class Refused(TableError):
+    """A store whose metadata or chunk headers declare more than the reading limits allow."""
+
+
+def check_declared(files: dict[str, bytes]) -> None:
+    """For a store read whole (``lookup.table.MemoryGroup``, zarr's reader): every array's declared
+    shape and chunk shape in its consolidated metadata within the limits (``check_shape``), and the
+    size every blosc or zstd chunk declares (its outermost compressor's header, a trailing crc32c
+    set aside) at most ``MAX_CHUNK_BYTES``; ``Refused`` otherwise."""
+    try:
+        meta = json.loads(files.get("zarr.json", b"{}"))
+        arrays = {name: m for name, m in (meta.get("consolidated_metadata") or {}).get("metadata", {}).items()
+                  if m.get("node_type") == "array"}
+        codecs = {}
+        for name, m in arrays.items():
+            chunks = m.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape", m.get("shape"))
+            itemsize = NUMBER_TYPES[m["data_type"]].itemsize if m.get("data_type") in NUMBER_TYPES else 8
+            check_shape(name, tuple(int(x) for x in m["shape"]), tuple(int(x) for x in chunks), itemsize)
+            codecs[name] = [c["name"] for c in m.get("codecs", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise Refused(f"its metadata cannot be checked against the reading limits ({err})") from None
+    for rel, data in files.items():
+        name, _, key = rel.rpartition("/c")
+        chain = list(codecs.get(name, []))
+        if not key or not chain:
+            continue
+        if chain[-1] == "crc32c":
+            chain.pop()
+            data = data[:-4]
+        if chain and chain[-1] in ("blosc", "zstd"):
+            try:
+                check_declared_size(rel, chain[-1], data, None)
+            except ValueError as err:
+                raise Refused(str(err)) from None
 
 
 def _fill_value(name: str, dtype: np.dtype, value: Any) -> Any:

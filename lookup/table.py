@@ -66,7 +66,11 @@ class Table:
     eps0_monotone: np.ndarray | None = None  # per row; False: only grid eps0 are answered
     digest: str = ""  # what identifies its files (lookup.trust.listing_digest, a device file's SHA-256)
     stored_eps: Callable[[int], np.ndarray] | None = None  # row r of eps as stored (before the monotone surface)
-    vouched: bool = False  # pinned, or spot-certified by the engine (lookup.trust.vouch)
+    stored_lower: Callable[[int], np.ndarray] | None = None  # row r of eps_lower as stored
+    vouched: bool = False  # its provenance established and spot-checked (lookup.trust.vouch)
+    provenance: str = ""  # "shipped", "built", "signed", "verified" or "unverified" (lookup.trust)
+    certified: bool = True  # False: opened on explicit request although nothing vouches for it
+    array_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # eps and eps_lower's own attributes
 
     def __post_init__(self) -> None:
         if self.eps0_monotone is None:
@@ -128,21 +132,33 @@ SHIPPED_HINT = ("the shipped table is missing from this installation (reinstall 
 _OPEN: dict[tuple[str, float, str], Any] = {}
 
 
-def open_table(path: str | Path | None = None) -> Table:
-    """The table at ``path`` (default: the shipped one), verified and loaded once per process."""
+def open_table(path: str | Path | Table | None = None, verified: bool = True) -> Table:
+    """The table at ``path`` (default: the shipped one), verified and loaded once per process,
+    answered from only if ``lookup.trust`` can say where it came from (``Table.provenance``);
+    ``verified=False`` opens one nothing vouches for, with ``Table.certified`` False."""
+    if isinstance(path, Table):
+        return _vouched(path, verified)
     hint = "build one with `tablegen build`"
     if path is None:
         path = default_table_path()
         hint = (f"it is set by ${ENV_TABLE}: point ${ENV_TABLE} or --table at a table, or {hint}"
                 if os.environ.get(ENV_TABLE) else f"{SHIPPED_HINT}; or point ${ENV_TABLE} or --table at a table")
+    if os.path.islink(path) and not os.path.exists(path):
+        raise TableError(f"{path}: a symbolic link to nothing; {hint}")
     if os.path.isfile(os.path.realpath(path)):
         table = _open_device(os.path.realpath(path))
     else:
         table = open_store(path, _load_table, hint)
-    if not table.vouched:  # once per table and process: pinned, remembered, or spot-certified now
-        from lookup import trust
+    return _vouched(table, verified)
 
-        trust.vouch(table, table.digest)
+
+def _vouched(table: Table, verified: bool) -> Table:
+    """``table`` once ``lookup.trust.vouch`` has established its provenance (once per table and
+    process, again where it was opened unverified and is now wanted verified, or refuted since)."""
+    from lookup import trust
+
+    if not table.vouched or (verified and not table.certified) or table.digest in trust.refuted():
+        trust.vouch(table, table.digest, verified)
         table.vouched = True
     return table
 
@@ -152,7 +168,7 @@ def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> 
     store is republished.  ``group`` is a ``lookup.reader.StoreGroup`` (files read when first
     used, each verified against the manifest), or for a store that reader does not implement
     a zarr group of the whole store read in one verified pass (``read_verified``)."""
-    from lookup.reader import Unsupported, open_group
+    from lookup.reader import Refused, Unsupported, open_group
 
     real = os.path.realpath(path)
     manifest = Path(real) / MANIFEST
@@ -164,8 +180,10 @@ def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> 
             try:
                 group = open_group(Path(real))
             except Unsupported:
-                group = _memory_group(read_verified(Path(real)))
+                group = MemoryGroup(*read_verified_listing(Path(real)))
             _OPEN[key] = load(real, group)
+        except Refused as err:
+            raise TableError(f"{path}: refused, {err} (the reading limits of lookup/reader.py)") from None
         except TableError:
             raise
         except Exception as err:  # a chunk failing its crc32c, a missing array
@@ -173,14 +191,29 @@ def open_store(path: str | Path, load: Callable[[str, Any], Any], hint: str) -> 
     return _OPEN[key]
 
 
-def _memory_group(files: dict[str, bytes]) -> Any:
-    """The zarr group held in ``files`` (relative path -> bytes), opened read-only in memory."""
-    import zarr
-    from zarr.core.buffer import cpu
-    from zarr.storage import MemoryStore
+class MemoryGroup:
+    """The zarr group held in ``files`` (relative path -> bytes, verified against ``listed``, the
+    manifest listing read in the same pass), opened read-only in memory once its declared shapes
+    and chunk sizes are within ``lookup.reader``'s limits (``check_declared``)."""
 
-    memory = MemoryStore({rel: cpu.Buffer.from_bytes(data) for rel, data in files.items()})
-    return zarr.open_group(memory, mode="r", use_consolidated=True)
+    def __init__(self, files: dict[str, bytes], listed: dict[str, str]) -> None:
+        import zarr
+        from zarr.core.buffer import cpu
+        from zarr.storage import MemoryStore
+
+        from lookup.reader import check_declared
+
+        check_declared(files)
+        self.listed = listed
+        memory = MemoryStore({rel: cpu.Buffer.from_bytes(data) for rel, data in files.items()})
+        self._group = zarr.open_group(memory, mode="r", use_consolidated=True)
+        self.attrs = self._group.attrs
+
+    def __getitem__(self, name: str) -> Any:
+        return self._group[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._group
 
 
 def _open_device(path: str) -> Table:
@@ -189,7 +222,7 @@ def _open_device(path: str) -> Table:
     key = (path, os.stat(path).st_mtime, "device")
     if key not in _OPEN:
         try:
-            d = read_device(path)
+            d = read_device(path, verified=False)  # vouched for by lookup.trust, as a table
         except DeviceFileError as err:
             raise TableError(str(err)) from None
         shape = d.shape
@@ -204,21 +237,37 @@ def _open_device(path: str) -> Table:
 
 
 def read_verified(store: Path, attempts: int = 2) -> dict[str, bytes]:
-    """Every file of ``store`` read once into memory and checked against the manifest read in the
-    same pass; the table is then parsed from these bytes only, so a table published over this
-    one mid-read is either seen whole or detected (and the read retried), never mixed."""
+    """Every file of ``store`` read once into memory and checked against its manifest
+    (``read_verified_listing``)."""
+    return read_verified_listing(store, attempts)[0]
+
+
+def read_verified_listing(store: Path, attempts: int = 2) -> tuple[dict[str, bytes], dict[str, str]]:
+    """(every file of ``store`` read once into memory, the manifest listing read in the same pass
+    and checked against them); the table is then parsed, and its digest taken, from these only, so
+    a table published over this one mid-read is either seen whole or detected (and the read
+    retried), never mixed.  Symbolic links and listed paths leaving the store are refused."""
+    from lookup.reader import MAX_FILE_BYTES, safe_relative
+
     problem = ""
     for _ in range(attempts):
         listed = read_manifest(store)
         files = {}
         for rel in listed:
+            if not safe_relative(rel):
+                raise TableError(f"{store}: refused, the manifest lists {rel!r}, a path leaving the store")
+            target = store / rel
+            if target.is_symlink():
+                raise TableError(f"{store}: refused, {rel} is a symbolic link (a store holds plain files only)")
             try:
-                files[rel] = (store / rel).read_bytes()
+                if target.stat().st_size > MAX_FILE_BYTES:
+                    raise TableError(f"{store}: refused, {rel} is larger than {MAX_FILE_BYTES} bytes")
+                files[rel] = target.read_bytes()
             except OSError:
                 pass  # reported as missing below
         unlisted, missing, bad = manifest_mismatches(store, listed, files)
         if not (unlisted or missing or bad):
-            return files
+            return files, listed
         problem = (f"{bad[0]} does not match its SHA-256 in the manifest" if bad
                    else f"file set differs from the manifest ({(unlisted + missing)[0]})")
     raise TableError(f"{store}: refused, {problem} (corrupted or modified); rebuild or re-download it")
@@ -262,7 +311,7 @@ def _load_table(path: str, group: Any) -> Table:
     eps, eps_lower = group["eps"], group["eps_lower"]
     if eps.shape != eps_lower.shape:
         raise TableError(f"{path}: refused, eps {eps.shape} and eps_lower {eps_lower.shape} differ in shape")
-    listed = group.snapshot.listed if isinstance(group, StoreGroup) else read_manifest(Path(path))
+    listed = group.listed  # read in the same pass as the files: the digest of what was verified
     if not isinstance(group, StoreGroup):
         eps, eps_lower = eps[...], eps_lower[...]
     table = from_rows(
@@ -271,6 +320,7 @@ def _load_table(path: str, group: Any) -> Table:
         dict(group.attrs), group["eps0_monotone"][...] if "eps0_monotone" in group else None,
     )
     table.digest = listing_digest(listed)
+    table.array_attrs = {name: dict(getattr(group[name], "attrs", {})) for name in ("eps", "eps_lower")}
     return table
 
 
@@ -320,7 +370,7 @@ def from_rows(path: str, families: list[str], params: list[dict[str, Any]], eps0
 
     pair = functools.cache(surfaces)
     return Table(path, families, params, eps0, axes["n"], axes["delta"], Surface(shape, lambda r: pair(r)[0]),
-                 Surface(shape, lambda r: pair(r)[1]), attrs, mono, stored_eps=eps_row)
+                 Surface(shape, lambda r: pair(r)[1]), attrs, mono, stored_eps=eps_row, stored_lower=lower_row)
 
 
 @contextlib.contextmanager

@@ -1,46 +1,57 @@
-"""A table proves its numbers on first use (issue 31; DESIGN.md section 5, "Artefacts").
+"""Trust by provenance (issue 37; the trust model: docs/trust.md).
 
-The invariants of ``lookup.checks`` catch damage that breaks monotonicity or the recorded spec;
-they cannot see a whole row replaced by another mechanism's, a row scaled down, or a spec
-attribute edited along with the axes.  So:
+A reader answers from a table or device file only if it can say where it came from
+(``provenance``), and says it (``Table.provenance``):
 
-* the shipped tables are pinned: the SHA-256 of their manifest listing is recorded here
-  (``PINNED``; a test keeps it equal to ``data/``), and a table whose listing matches is the
-  one this package was released with;
-* any other table (or device file) is spot-certified the first time it is opened: the engine's
-  one-evaluation certification check (``tablegen.engine.certifies``: is (eps, delta) certified?)
-  at the answer the table gives at ``spot_cells`` (every row at every n decade, every eps0 and
-  every delta reached: 168 checks, about a second, on a copy of the default table); a table
-  with a cell the engine does not certify is refused with the cells named.  A table that passes
-  is remembered by its digest (``$SHUFFLE_EPS_CACHE/trusted/`` or ``~/.cache/shuffle-eps/trusted/``),
-  so later opens are as fast as the shipped table's.
+1. ``shipped``: its digest is one this package was released with (``PINNED``; a test keeps it
+   equal to ``data/``).  The pin is by digest, not by path: other content at a shipped path is a
+   foreign table like any other;
+2. ``built``: ``tablegen build`` or ``tablegen export`` on this machine recorded the digest of
+   what it wrote (``record_built``);
+3. ``signed``: an Ed25519 signature of its digest by a key the reader trusts (``--trusted-key``,
+   ``$SHUFFLE_EPS_TRUSTED_KEYS``).  Once any key is trusted, only shipped or signed artefacts
+   are answered from: unsigned, otherwise-signed, built or re-verified ones are refused;
+4. ``verified``: ``tablegen verify --full`` recomputed every slice here and found it equal
+   (``record_verified``).
 
-This is a sample, not a proof over every cell: it catches the damage a buggy writer, a bad
-merge or an edit leaves (whole rows, axes, labels), which moves many cells at once.
+Anything else is refused with a message naming these four ways (``WAYS``), or opened only on
+explicit request (``open_table(path, verified=False)``, ``--unverified``) with
+``Table.certified`` False, which every answer from it carries as ``"certified": false``.
 
-Signatures (optional, for operators who ship tables between machines, e.g. to a reader without
-the engine): ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` writes an
+Records (2 and 4) are files ``trusted/<digest>`` in the cache home (``$SHUFFLE_EPS_CACHE``,
+else ``$XDG_CACHE_HOME/shuffle-eps`` or ``~/.cache/shuffle-eps``), each authenticated by an
+HMAC-SHA256 (RFC 2104) with a per-user secret (``secret`` there, mode 0600, created on first
+use): a record planted or edited by whoever cannot read the secret is not believed.  The digest
+recorded and looked up is the one computed from the manifest listing read in the same pass as
+the files (``Table.digest``), never from a second read.
+
+Besides provenance, unpredictable checks on every open of a table that is not shipped, where
+the engine is installed (``spot_check``): cells drawn at random (``SPOT_MIN`` at least, more for
+``SPOT_SECONDS``; every cell of a small table), the stored eps certified by the engine
+(``tablegen.engine.certifies``) and the stored lower bound L refuted where the engine certifies
+an eps below it (exact <= L (1 - 1e-9) < L: L is no lower bound).  A failure refuses the table,
+names the cell and forgets its record; so does ``refute``, which the service calls when a live
+refinement proves a table value too low.
+
+Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` writes the
 Ed25519 signature of the table's digest (``SIGNATURE.ed25519`` beside a store's manifest, not
-listed in it; ``FILE.sig`` beside a device file).  A reader given trusted public keys (PEM files,
-``--trusted-key`` or ``$SHUFFLE_EPS_TRUSTED_KEYS``, separated by ``os.pathsep``) takes a table
-signed by one of them as vouched for, and refuses one whose signature by a trusted key does not
-verify (changed after signing).  Integrity (the manifest), soundness (the checks and the spot
-certification) and authenticity (the signature) are separate questions, each answered here.
-Signing needs the ``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported only
-where a signature is made or checked.
+listed in it; ``FILE.sig`` beside a device file), JSON with the raw public key, the signature of
+``SIGNED`` + the digest's hex digits, and the digest.  Signing and checking need the
+``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported only there.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import math
 import os
+import random
+import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, NoReturn
 
 # SHA-256 of the manifest listing (``listing_digest``) of each table this package ships
 PINNED = {
@@ -49,6 +60,21 @@ PINNED = {
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
 ENV_KEYS = "SHUFFLE_EPS_TRUSTED_KEYS"
 SIGNED = b"shuffle-eps table digest "  # the signed message: this prefix, then the digest's hex digits
+SECRET = "secret"  # in the cache home: the per-user HMAC key of the records (mode 0600)
+SPOT_MIN = 64  # random cells checked on every open of a table that is not shipped, at least ...
+SPOT_SECONDS = 1.0  # ... and more while this time lasts
+SPOT_MAX = 4096
+# the live engine's paths (spectral at resolution 20, FFT) are not the slice engine's that built a table: a
+# genuine stored eps is not always certified by them (shipped table, krr k=512 eps0 7.12 n 13804 delta 1e-5:
+# delta_upper 1.0036e-5 at the stored eps, 2026-11-26), so a spot check refuses only where eps (1 + SPOT_RTOL)
+# is not certified either: two steps of the build's 1% eps ladder
+SPOT_RTOL = 0.02
+LOWER_MARGIN = 1e-9  # a lower bound L is refuted where the engine certifies L (1 - LOWER_MARGIN)
+WAYS = ("1) shipped with shuffle-eps (its digest pinned in this package), 2) built on this machine (tablegen "
+        "build / tablegen export record what they wrote), 3) signed by a trusted key (tablegen sign TABLE --key KEY; "
+        f"readers: --trusted-key or ${ENV_KEYS}), or 4) fully re-verified here (tablegen verify --full TABLE); "
+        'or ask for answers labelled "certified": false (--unverified, open_table(path, verified=False))')
+_REFUTED: dict[str, str] = {}  # digest -> why, for this process
 
 
 def listing_digest(listed: dict[str, str]) -> str:
@@ -58,39 +84,235 @@ def listing_digest(listed: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def spot_cells(shape: tuple[int, ...], n: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """(row, eps0, n, delta) indices: in every row one cell per decade of n, the k-th cell of
-    the table (row-major) at eps0 index k mod E and delta index k mod D, so that every eps0 and
-    every delta is reached where rows x decades >= E and D; n inside its decade spread by a
-    multiplicative hash."""
-    rows, n_eps0, _, n_delta = shape
-    decade = np.floor(np.log10(np.asarray(n, dtype=float))).astype(int)
-    decades = np.unique(decade)
-    per_row = max(decades.size, math.ceil(max(n_eps0, n_delta) / max(rows, 1)))
-    cells = []
-    for k in range(rows * per_row):
-        r, i = divmod(k, per_row)
-        inside = np.flatnonzero(decade == decades[i % decades.size])
-        cells.append((r, k % n_eps0, int(inside[(k * 7919) % inside.size]), k % n_delta))
-    return cells
+def provenance(path: str | Path, digest: str) -> tuple[str | None, str]:
+    """(``"shipped"``, ``"signed"``, ``"built"``, ``"verified"`` or None, why not where None)
+    for the artefact at ``path`` whose files have ``digest``; TableError where a trusted key's
+    signature does not verify."""
+    if digest in PINNED:
+        return "shipped", ""
+    if trusted_key_files():
+        if signed_by_trusted_key(path, digest):
+            return "signed", ""
+        why = "signed by a key that is not trusted" if signature_path(path).is_file() else "not signed"
+        return None, f"{why}, and trusted keys are configured (${ENV_KEYS} / --trusted-key)"
+    how = recorded(digest)
+    return how, "" if how else "not shipped, built, signed or fully verified here"
 
 
-def vouch(table: Any, digest: str) -> None:
-    """Return if ``table`` (a ``lookup.table.Table`` whose files have the listing ``digest``) is
-    pinned or was spot-certified before, else spot-certify it; TableError naming the cells."""
+def vouch(table: Any, digest: str, verified: bool = True) -> None:
+    """Set ``table.provenance`` and ``table.certified`` for a table (or device file) whose files
+    have ``digest``, and spot-check it (``spot_check``) unless it is shipped.  TableError: refuted
+    before, nothing vouches for it and ``verified`` (the message names the four ways), or a spot
+    check fails (its record forgotten)."""
     from lookup.table import TableError
 
-    if digest in PINNED or signed_by_trusted_key(table.path, digest) or _remembered(digest):
-        return
+    if digest in _REFUTED:
+        raise TableError(_REFUTED[digest])
+    how, why = provenance(table.path, digest)
+    if how is None and verified:
+        raise TableError(f"{table.path}: refused, nothing vouches for it ({why}). A table is answered from only if "
+                         f"it was {WAYS}")
+    table.provenance, table.certified = how or "unverified", how is not None
+    if how == "shipped":
+        return  # released with this package: no engine time at open
     try:
         from tablegen.engine import certifies
     except ImportError:
-        raise TableError(f"{table.path}: refused, it is not a table shipped with this package and the engine "
-                         "(tablegen), which spot-certifies other tables on first use, is not installed") from None
-    problem = spot_certify(table, certifies)
+        return  # provenance alone (a reader without the engine)
+    problem = spot_check(table, certifies)
     if problem:
-        raise TableError(f"{table.path}: refused, {problem}; rebuild or re-download it")
-    _remember(digest)
+        forget(digest)
+        _REFUTED[digest] = f"{table.path}: refused, {problem}; rebuild or re-download it"
+        raise TableError(_REFUTED[digest])
+
+
+def refuted() -> dict[str, str]:
+    """Digests refused in this process (by a failed spot check or ``refute``) -> why."""
+    return _REFUTED
+
+
+def refute(table: Any, detail: str) -> NoReturn:
+    """Refuse ``table`` at once: a value of it proved wrong (e.g. below the engine's proved lower
+    bound at a cell, found by a live refinement; ``detail`` names the cell and both values).
+    Its trust record is forgotten and every later open in this process is refused; raises the
+    TableError saying so."""
+    from lookup.table import TableError
+
+    message = f"{table.path}: refused, {detail}; its values are not certified (trust record forgotten)"
+    _REFUTED[table.digest] = message
+    forget(table.digest)
+    table.certified = False
+    raise TableError(message)
+
+
+def spot_check(table: Any, certifies: Any, seconds: float = SPOT_SECONDS, rng: Any = None) -> str:
+    """'' if every cell drawn at random (``rng``, default the OS's entropy: unpredictable) passes:
+    the stored eps certified by ``certifies`` (within ``SPOT_RTOL``), and no stored lower bound L above the exact eps
+    (refuted where ``certifies`` certifies L (1 - LOWER_MARGIN), since then exact < L; a True
+    ``proves_above`` would prove L, but its cheaper spectral path does not reach every genuine
+    bound: 21 of 129 random cells of the shipped table, 2026-11-26).  ``SPOT_MIN`` cells at least,
+    more until ``seconds`` pass (``_draw``: every cell of a small table); else the first failing
+    cell, named."""
+    rng = rng or random.SystemRandom()
+    shape = table.upper.shape
+    upper = functools.lru_cache(maxsize=None)(table.stored_eps)
+    lower = functools.lru_cache(maxsize=None)(table.stored_lower) if table.stored_lower else None
+    deadline, checked = time.perf_counter() + seconds, 0
+    for cell in _draw(shape, rng):
+        if checked >= SPOT_MIN and time.perf_counter() > deadline:
+            break
+        checked += 1
+        eps = float(upper(cell[0])[cell[1:]])
+        if not _certified(certifies, table, cell, eps * (1 + SPOT_RTOL)):
+            return (f"the engine does not certify its eps (even {SPOT_RTOL:.0%} higher) at a cell drawn at random "
+                    f"({_cell_text(table, cell)}: "
+                    f"eps {eps!r}; cell {checked} drawn)")
+        low = float(lower(cell[0])[cell[1:]]) if lower else math.nan
+        if low > 0 and _certified(certifies, table, cell, low * (1 - LOWER_MARGIN)):
+            return (f"its lower bound is above the exact eps at a cell drawn at random ({_cell_text(table, cell)}: "
+                    f"lower {low!r}, the engine certifies less; cell {checked} drawn)")
+    return ""
+
+
+def _draw(shape: tuple[int, ...], rng: Any) -> Any:
+    """Cells of a table of ``shape`` in random order: every cell where there are at most
+    ``SPOT_MAX`` (a small custom table is checked whole), else ``SPOT_MAX`` drawn independently."""
+    total = math.prod(shape)
+    if total <= SPOT_MAX:
+        order = list(range(total))
+        rng.shuffle(order)
+    else:
+        order = (rng.randrange(total) for _ in range(SPOT_MAX))
+    for flat in order:
+        cell, rest = [], flat
+        for size in reversed(shape):
+            rest, i = divmod(rest, size)
+            cell.append(i)
+        yield tuple(reversed(cell))
+
+
+def _certified(certifies: Any, table: Any, cell: tuple[int, int, int, int], eps: float) -> bool:
+    """Whether the engine certifies ``eps`` at grid ``cell`` (False where it refuses the parameters)."""
+    r, e, j, d = cell
+    try:
+        return bool(certifies(table.families[r], eps0=float(table.eps0[e]), n=int(table.n[j]), eps=eps,
+                              delta=float(table.delta[d]), **table.params[r]))
+    except ValueError:
+        return False
+
+
+def _cell_text(table: Any, cell: tuple[int, int, int, int]) -> str:
+    r, e, j, d = cell
+    return f"{table.labels()[r]} eps0 {table.eps0[e]:g} n {table.n[j]:g} delta {table.delta[d]:g}"
+
+
+def cache_home() -> Path:
+    """``$SHUFFLE_EPS_CACHE``, else ``$XDG_CACHE_HOME/shuffle-eps`` or ``~/.cache/shuffle-eps``."""
+    root = os.environ.get(ENV_CACHE) or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                     "shuffle-eps")
+    return Path(root)
+
+
+def secret(create: bool = True) -> bytes | None:
+    """The per-user HMAC key (``cache_home() / SECRET``, 32 random bytes, created mode 0600
+    where ``create``); None where it cannot be read or made, or is not this user's alone (owned
+    by another user, readable or writable by others, a symlink): nothing is then believed."""
+    path = cache_home() / SECRET
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            if not create or not _create_secret(path):
+                return None
+            continue
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if (hasattr(os, "getuid") and info.st_uid != os.getuid()) or info.st_mode & 0o077:
+                return None
+            key = f.read(64)
+        return key if len(key) >= 32 else None
+    return None
+
+
+def _create_secret(path: Path) -> bool:
+    """Write a new secret at ``path`` (0600, never over an existing file); False where it cannot."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return True  # another process made it meanwhile: read theirs
+    except OSError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+    return True
+
+
+def mac(text: str, create: bool = True) -> str | None:
+    """HMAC-SHA256 of ``text`` with the per-user ``secret`` (None without one)."""
+    key = secret(create)
+    return None if key is None else hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def authentic(text: str, tag: Any) -> bool:
+    """Whether ``tag`` is the HMAC of ``text`` by this user's secret (constant-time comparison)."""
+    want = mac(text, create=False)
+    return want is not None and isinstance(tag, str) and hmac.compare_digest(want, tag)
+
+
+def record_built(path: str | Path, digest: str) -> bool:
+    """Record that the table (or device file) at ``path`` with ``digest`` was built on this machine.
+    ``digest`` must be computed from the bytes the build wrote (a store's ``listing_digest`` of the
+    manifest it wrote, a device file's SHA-256), never re-read from the path.  False where the
+    cache home is not writable (the table then needs another way: signed or verified)."""
+    return _record(digest, "built", path)
+
+
+def record_verified(path: str | Path, digest: str) -> bool:
+    """Record that every slice of the table with ``digest`` was recomputed here and found equal."""
+    return _record(digest, "verified", path)
+
+
+def recorded(digest: str) -> str | None:
+    """``"built"`` or ``"verified"`` where an authentic record of ``digest`` exists, else None."""
+    try:
+        record = json.loads((cache_home() / "trusted" / digest).read_text())
+        how = record["how"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if how not in ("built", "verified") or not authentic(f"{digest}\n{how}", record.get("mac")):
+        return None
+    return how
+
+
+def forget(digest: str) -> None:
+    """Remove any record of ``digest`` (a refuted table earns trust again only by being rebuilt)."""
+    try:
+        (cache_home() / "trusted" / digest).unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def _record(digest: str, how: str, path: str | Path) -> bool:
+    tag = mac(f"{digest}\n{how}")
+    if tag is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return False
+    folder = cache_home() / "trusted"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = folder / f".{digest}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"digest": digest, "how": how, "path": str(path), "mac": tag}))
+        os.replace(tmp, folder / digest)
+    except OSError:
+        return False
+    return True
+
+
+def trusted_key_files() -> list[str]:
+    """The trusted public key files (``$SHUFFLE_EPS_TRUSTED_KEYS``, separated by ``os.pathsep``)."""
+    return [k for k in os.environ.get(ENV_KEYS, "").split(os.pathsep) if k]
 
 
 def signature_path(path: str | Path) -> Path:
@@ -107,7 +329,9 @@ def table_digest(path: str | Path) -> str:
     from lookup.table import read_manifest
 
     path = Path(path)
-    return listing_digest(read_manifest(path)) if path.is_dir() else read_device(str(path)).header["sha256"]
+    if path.is_dir():
+        return listing_digest(read_manifest(path))
+    return read_device(str(path), verified=False).header["sha256"]  # its signer vouches for it
 
 
 def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
@@ -136,7 +360,7 @@ def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
     does not verify (the table changed after it was signed)."""
     from lookup.table import TableError
 
-    keys = [k for k in os.environ.get(ENV_KEYS, "").split(os.pathsep) if k]
+    keys = trusted_key_files()
     target = signature_path(path)
     if not keys or not target.is_file():
         return False
@@ -174,52 +398,3 @@ def _public_keys(files: list[str]) -> dict[bytes, Any]:
             raise ValueError(f"trusted key {name}: not an Ed25519 public key")
         keys[key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)] = key
     return keys
-
-
-def spot_certify(table: Any, certifies: Any) -> str:
-    """'' if the engine's ``certifies`` certifies the table's answer at every ``spot_cells``
-    cell, else which cells it does not (the first three named)."""
-    cells = spot_cells(table.upper.shape, table.n)
-    stored = functools.lru_cache(maxsize=1)(table.stored_eps)  # the cells come row by row: one row held
-    values = {cell: float(stored(cell[0])[cell[1:]]) for cell in cells}
-    failed = [cell for cell in cells if not _certified(certifies, table, cell, values[cell])]
-    if not failed:
-        return ""
-    named = "; ".join(_cell_text(table, cell, values[cell]) for cell in failed[:3])
-    return (f"the engine does not certify {len(failed)} of {len(cells)} spot-checked cells "
-            f"({named}{'; ...' if len(failed) > 3 else ''})")
-
-
-def _certified(certifies: Any, table: Any, cell: tuple[int, int, int, int], eps: float) -> bool:
-    """Whether the engine certifies ``eps``, the value stored at ``cell`` (every answer of the
-    table is one of these, or a minimum of them at dominated grid points)."""
-    r, e, j, d = cell
-    try:
-        return certifies(table.families[r], eps0=float(table.eps0[e]), n=int(table.n[j]), eps=eps,
-                         delta=float(table.delta[d]), **table.params[r])
-    except ValueError:  # parameters the engine refuses: nothing certified
-        return False
-
-
-def _cell_text(table: Any, cell: tuple[int, int, int, int], eps: float) -> str:
-    r, e, j, d = cell
-    return f"{table.labels()[r]} eps0 {table.eps0[e]:g} n {table.n[j]:g} delta {table.delta[d]:g}: eps {eps!r}"
-
-
-def _trusted_dir() -> Path:
-    root = os.environ.get(ENV_CACHE) or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                     "shuffle-eps")
-    return Path(root) / "trusted"
-
-
-def _remembered(digest: str) -> bool:
-    return (_trusted_dir() / digest).is_file()
-
-
-def _remember(digest: str) -> None:
-    try:
-        folder = _trusted_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / digest).touch()
-    except OSError:
-        pass  # a read-only home: spot-certified again next time, nothing lost

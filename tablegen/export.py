@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FORMAT, encode
+from lookup.device import FORMAT, digest_in, encode
 from lookup.table import Table, canonical_params, open_table
+from lookup.trust import record_built
 from tablegen import ENGINE_VERSION, __version__
 from tablegen.store import round_float32
 
@@ -147,7 +148,7 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "cut": {"eps0": _numbers(eps0), "n_min": _number(n_min), "n_max": _number(n_max), "delta": _numbers(delta)},
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
-    header_bytes, out = _write(out, header, upper, lower)
+    header_bytes, out = _write(out, header, upper, lower, record=t.certified)
     slack, where, excess = worst_slack(upper)
     return {
         "file": str(out), "bytes": out.stat().st_size, "header_bytes": header_bytes,
@@ -160,10 +161,12 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
 
 
 
-def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np.ndarray) -> tuple[int, Path]:
+def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np.ndarray,
+           record: bool = True) -> tuple[int, Path]:
     """Write a device file (format 2, sealed by ``lookup.device.encode``) atomically: a reader
     never sees a half-written file (the bytes go to ``out.tmp``, renamed over ``out``); returns
-    the header's length and the path."""
+    the header's length and the path.  With ``record`` (values from a trusted table or the
+    engine), the SHA-256 of the bytes written is recorded as built here (``lookup.trust``)."""
     payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
     data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
     (header_bytes,) = struct.unpack_from("<I", data, 8)
@@ -171,6 +174,8 @@ def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, out)
+    if record:
+        record_built(out, digest_in(data[12:12 + header_bytes]))
     return header_bytes, out
 
 

@@ -1,10 +1,17 @@
-"""``tablegen verify``: checksums, certification invariants, and live recomputation of slices.
+"""``tablegen verify``: checksums, reading limits, certification invariants, random spot checks by
+the engine, and live recomputation of slices (``--sample``, or every slice: ``--full``).
 
-A sampled (mechanism, eps0) slice is recomputed as the build computed it (``build.slice_values``:
-every n and delta at once, at the table's recorded settings) and rounded as the store rounds, so
-with the engine that built the table, on the machine that built it, it equals the stored values
-bit for bit; elsewhere a different floating-point path may move a crossing of the engine's 1% eps
-ladder by one step, which is the tolerance (plus one quantum of the compact store).
+A (mechanism, eps0) slice is recomputed as the build computed it (``build.slice_values``: every n
+and delta at once, at the table's recorded settings) and rounded as the store rounds, so with the
+engine that built the table, on the machine that built it, it equals the stored values bit for
+bit; elsewhere a different floating-point path may move a crossing of the engine's 1% eps ladder
+by one step, which is the tolerance (plus one quantum of the compact store).
+
+The stored values compared are read through ``lookup.table.open_table`` (each file checked
+against the manifest listing read in the same pass, within ``lookup.reader``'s limits), so
+``--full``, finding every slice equal, records the digest of exactly what it compared
+(``lookup.trust.record_verified``): the fourth way a table earns trust (docs/trust.md).  Every
+failure is a message, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,14 +33,32 @@ from tablegen.spec import wants_lower
 RECOMPUTE_RTOL = (dense.LADDER - 1) + 1e-12
 
 
-def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
-    """Problems found in the table at ``path`` (empty list: verified)."""
-    import xarray as xr
-
+def verify(path: str | Path, sample: int = 0, seed: int = 0, full: bool = False) -> list[str]:
+    """Problems found in the table at ``path`` (empty list: verified; with ``full``, every slice
+    recomputed and equal, and the table recorded as verified here)."""
     path = Path(path)
     if not path.is_dir():
         return [f"{path}: no such table"]
-    problems = store.check_manifest(path) + store.check_chunks(path)
+    try:
+        return _verify(path, sample, seed, full)
+    except Exception as err:  # noqa: BLE001 - whatever a forged or damaged store raises: a message
+        return [f"{path}: cannot be verified ({type(err).__name__}: {err})"]
+
+
+def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
+    import xarray as xr
+
+    from lookup.reader import check_declared
+    from lookup.table import TableError, read_verified_listing
+
+    problems = store.check_manifest(path)
+    if problems:
+        return problems
+    try:
+        check_declared(read_verified_listing(path)[0])  # before any chunk is decoded: no bomb goes off
+    except TableError as err:
+        return [str(err)]
+    problems = store.check_chunks(path)
     if problems:
         return problems
     ds = xr.open_zarr(path, consolidated=True)
@@ -42,42 +68,44 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0) -> list[str]:
     missing += [v for v in ("eps", "eps_lower", "family", "params") if v not in ds.variables]
     if missing:
         return [f"{path}: not a tablegen table (no {', '.join(missing)})"]
-    problems += reader_checks(path)
+    table, problems = reader_checks(path)
     if problems:
         return problems
-    eps, low = ds["eps"].values, ds["eps_lower"].values
-    eps0 = stored_like(ds, "eps", ds["eps0"].values)[None, :, None, None]  # eps = eps0 stored rounded up
-    if not np.all(np.isfinite(eps)):
-        problems.append("eps: missing (NaN) values")
-    if np.any(eps > eps0):
+    eps, low = np.asarray(table.upper), np.asarray(table.lower)
+    if np.any(eps > stored_like(table.array_attrs.get("eps", {}), table.eps0)[None, :, None, None]):
         problems.append("eps: values above eps0 (never certified beyond the local guarantee)")
     if np.any(low > eps):
         problems.append("eps_lower: values above the certified eps")
-    settings = json.loads(ds.attrs["certification"])
+    settings = json.loads(table.attrs["certification"])
     slices = list(np.ndindex(*eps.shape[:2]))
-    if sample and settings.get("method") != "slice":
+    if (sample or full) and settings.get("method") != "slice":
         return problems + [f"{path}: built by the per-curve engine (removed): its cells cannot be recomputed the "
                            "way they were built; rebuild the table (tablegen build)"]
-    for r, e in random.Random(seed).sample(slices, min(sample, len(slices))):
-        problems += _recompute(ds, r, e, settings)
+    chosen = slices if full else random.Random(seed).sample(slices, min(sample, len(slices)))
+    for r, e in chosen:
+        problems += _recompute(table, r, e, settings)
+    if full and not problems:
+        from lookup import trust
+
+        trust.record_verified(path, table.digest)
     return problems
 
 
-def reader_checks(path: Path) -> list[str]:
-    """What every reader checks (``lookup.checks``: structure, the recorded spec, each row's
-    invariants), and the engine's certification at the spot cells (``lookup.trust``), pinned
-    table or not."""
+def reader_checks(path: Path) -> tuple[Any, list[str]]:
+    """(the table as every reader opens it, problems): ``lookup.checks`` (structure, the recorded
+    spec, each row's invariants) and the engine at cells drawn at random (``lookup.trust``,
+    ``spot_check``), whatever the table's provenance."""
     from lookup import trust
     from lookup.table import TableError, open_table
     from tablegen.engine import certifies
 
     try:
-        table = open_table(path)
+        table = open_table(path, verified=False)  # provenance is not asked: verifying is the 4th way
         np.asarray(table.upper)  # every row checked
     except TableError as err:
-        return [str(err)]
-    problem = trust.spot_certify(table, certifies)
-    return [f"{path}: {problem}"] if problem else []
+        return None, [str(err)]
+    problem = trust.spot_check(table, certifies) if table.provenance == "shipped" else ""  # others: at open
+    return table, [f"{path}: {problem}"] if problem else []
 
 
 def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN001
@@ -98,31 +126,30 @@ def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN00
     return problems
 
 
-def stored_like(ds, name: str, values: np.ndarray) -> np.ndarray:  # noqa: ANN001
-    """``values`` rounded as variable ``name`` of ``ds`` was when stored (its ``quantization_*``
-    attributes; unchanged for a float64 store)."""
-    attrs = ds[name].attrs
+def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:
+    """``values`` rounded as the variable whose attributes are ``attrs`` was when stored (its
+    ``quantization_*`` attributes; unchanged for a float64 store)."""
     if "quantization_bits" not in attrs:
         return np.asarray(values, dtype=float)
     up = attrs["quantization_rounding"] == "up"
     return store.round_float32(values, up, int(attrs["quantization_bits"])).astype(float)
 
 
-def _recompute(ds, r: int, e: int, settings: dict) -> list[str]:  # noqa: ANN001
-    """Problems of slice (row ``r``, eps0 ``e``) against its live recomputation (none: equal
-    within ``RECOMPUTE_RTOL`` plus one quantum of the store)."""
-    ns = [int(n) for n in ds["n"].values]
-    task = Task("", (r, e), str(ds["family"].values[r]), json.loads(str(ds["params"].values[r])),
-                float(ds["eps0"].values[e]), tuple(ns), ds["delta"].values.tolist(),
+def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str]:
+    """Problems of slice (row ``r``, eps0 ``e``) of ``table`` (a ``lookup.table.Table``) against its
+    live recomputation (none: equal within ``RECOMPUTE_RTOL`` plus one quantum of the store)."""
+    ns = [int(n) for n in table.n]
+    task = Task((r, e), table.families[r], table.params[r], float(table.eps0[e]), tuple(ns), table.delta.tolist(),
                 tuple(wants_lower(settings, e, j, float(n)) for j, n in enumerate(ns)), settings["resolution"],
                 settings["lower_resolution"])
     live = slice_values(task)
-    stored = (ds["eps"].values[r, e], ds["eps_lower"].values[r, e])
-    label = f"{ds['mechanism'].values[r]} eps0={task.eps0:g}"
+    stored = (np.asarray(table.stored_eps(r)[e], float), np.asarray(table.stored_lower(r)[e], float))
+    label = f"{table.labels()[r]} eps0={task.eps0:g}"
     problems = []
     for name, got, want in zip(store.VARIABLES, stored, live, strict=True):
-        want = stored_like(ds, name, want)  # on the building machine: equal bit for bit
-        tolerance = RECOMPUTE_RTOL + 2.0 ** -ds[name].attrs.get("quantization_bits", 52)  # plus one quantum
+        attrs = table.array_attrs.get(name, {})
+        want = stored_like(attrs, want)  # on the building machine: equal bit for bit
+        tolerance = RECOMPUTE_RTOL + 2.0 ** -attrs.get("quantization_bits", 52)  # plus one quantum
         close = np.isclose(got, want, rtol=tolerance, atol=0.0) | (np.isnan(got) & np.isnan(want))
         if not np.all(close):
             j, d = np.unravel_index(int(np.argmin(close)), close.shape)

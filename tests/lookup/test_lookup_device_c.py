@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lookup import checks, device
+from lookup import checks, device, trust
 from lookup.device import MAGIC, DeviceFileError, checksum_v1, encode, header_sha256, read_device
+from lookup.table import read_manifest
 from tablegen.export import export_device
 
 C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "c"
@@ -78,13 +79,23 @@ def query_tool(build_dir: Path) -> Path:
     return _compile(build_dir / "shuffle_eps_query", C_DIR / "shuffle_eps_query.c", C_DIR / "shuffle_eps_device.c")
 
 
+@pytest.fixture(autouse=True)
+def cache(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache home where the session table and the files exported from it are recorded as
+    built here (lookup.trust; provenance itself is tested in test_lookup_trust*.py)."""
+    monkeypatch.setenv(trust.ENV_CACHE, str(build_dir / "cache"))
+
+
 @pytest.fixture(scope="module")
 def files(table_path: Path, build_dir: Path) -> dict[str, Path]:
     """Device files of the session table: k-RR k = 3, the generic randomizer, and a two-row file
     (k = 3 as exported, and a k = 4 row of 0.9 times its values that answers only at grid eps0)."""
     out = {name: build_dir / f"{name}.dev" for name in ("krr", "generic", "two")}
-    export_device(out["krr"], "krr", {}, str(table_path))
-    export_device(out["generic"], "generic", {}, str(table_path))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(trust.ENV_CACHE, str(build_dir / "cache"))
+        trust.record_built(table_path, trust.listing_digest(read_manifest(table_path)))  # as tablegen build does
+        export_device(out["krr"], "krr", {}, str(table_path))
+        export_device(out["generic"], "generic", {}, str(table_path))
     header, upper, lower = _parts(out["krr"])
     second = np.float32(0.9) * upper
     header.update(rows=[{"k": 3}, {"k": 4}], eps0_monotone=[True, False], shape=[2, *header["shape"][1:]])
@@ -118,7 +129,7 @@ def c_query(tool: Path, path: Path, params: str | None, eps0: float, n: float, d
 
 def py_query(path: Path, params: dict[str, Any], eps0: float, n: float, delta: float) -> float | Exception:
     try:
-        return read_device(str(path)).eps(params, eps0, n, delta)
+        return read_device(str(path), verified=False).eps(params, eps0, n, delta)  # the readers' rules, not trust
     except ValueError as err:  # DeviceFileError included
         return err
 
@@ -163,7 +174,7 @@ def test_random_queries_answered_identically(query_tool: Path, files: dict[str, 
     answered = 0
     for i in range(300):
         name, params = cases[i % len(cases)]
-        header = read_device(str(files[name])).header
+        header = read_device(str(files[name]), verified=False).header
         eps0 = float(rng.choice(header["eps0"])) if rng.random() < 0.4 else float(rng.uniform(0.2, 4.5))
         n = float(rng.choice(header["n"])) if rng.random() < 0.3 else float(rng.uniform(10, 150))
         delta = float(rng.choice(header["delta"])) if rng.random() < 0.3 else float(10 ** rng.uniform(-10, -1.5))
@@ -351,7 +362,7 @@ def test_format_1_files_read_by_python_only(query_tool: Path, files: dict[str, P
     header["sha256"] = checksum_v1(header, payload)
     text = json.dumps(header, separators=(",", ":")).encode()
     old = _write(tmp_path / "old.dev", MAGIC + struct.pack("<I", len(text)) + text + payload)
-    assert read_device(str(old)).eps({"k": 3}, 1.0, 40.0, 1e-6) == read_device(str(files["krr"])).eps(
+    assert read_device(str(old), verified=False).eps({"k": 3}, 1.0, 40.0, 1e-6) == read_device(str(files["krr"])).eps(
         {"k": 3}, 1.0, 40.0, 1e-6)
     rc, _, err = c_query(query_tool, old, '{"k":3}', 1.0, 40.0, 1e-6)
     assert rc == FORMAT and "re-export" in err

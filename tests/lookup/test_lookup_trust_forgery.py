@@ -1,0 +1,397 @@
+"""Forgeries an adversary makes from the shipped table (issue 37): copies whose row chunks were
+rewritten and whose manifest was rewritten to match, so every checksum and invariant holds.  Each
+is refused, or answered with ``certified`` False where the caller asked for unverified answers;
+never answered below the true value as certified.  Bombs are refused in well under a second and
+200 MB; symlinks and paths leaving the store are refused; planted trust records and live-cache
+entries are not believed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import lookup
+import lookup.cli
+from lookup import live, trust
+from lookup.reader import crc32c, open_group
+from lookup.table import TableError, read_manifest
+from tablegen import store
+from tablegen.cli import main as tablegen_main
+from tablegen.verify import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "data" / "default.zarr"
+KRR = ("krr", {"k": 2})  # row 1 of the shipped table
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh cache home: no secret, no records, no trusted keys."""
+    monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.delenv(trust.ENV_KEYS, raising=False)
+    monkeypatch.setattr(trust, "_REFUTED", {})  # refusals of this process: each test starts afresh
+    return tmp_path / "cache"
+
+
+def rewrite_row(out: Path, name: str, r: int, values: np.ndarray) -> None:
+    """Row ``r`` of array ``name`` of the store ``out`` replaced by ``values`` (eps0 x n x delta),
+    encoded as the store encodes it (transpose, blosc, crc32c); the manifest is NOT rewritten."""
+    from numcodecs import Blosc
+
+    array = open_group(out)[name]
+    chunk = np.asarray(values, dtype="<f4")[None].transpose(array.order)
+    data = Blosc(cname="zstd", clevel=5, shuffle=Blosc.SHUFFLE).encode(np.ascontiguousarray(chunk).tobytes())
+    (out / name / "c" / str(r) / "0" / "0" / "0").write_bytes(data + crc32c(data).to_bytes(4, "little"))
+
+
+def forge(tmp_path: Path, edit: Callable[[Path, Any], None], name: str = "forged.zarr") -> Path:
+    """A copy of the shipped table with ``edit(out, table)`` applied and the manifest rewritten."""
+    out = tmp_path / name
+    shutil.copytree(SHIPPED, out)
+    edit(out, lookup.open_table(SHIPPED))
+    store.write_manifest(out)
+    return out
+
+
+def stored(table: object, name: str, r: int) -> np.ndarray:
+    return np.array((table.stored_eps if name == "eps" else table.stored_lower)(r), dtype=float)
+
+
+def cone(out: Path, table: object) -> None:
+    """Row 1 (k-RR k=2): the smaller of the true values and 0 away from the cells spot-checked
+    before issue 37 (every n decade's first cell kept): answers 0 almost everywhere."""
+    eps = stored(table, "eps", 1)
+    forged = np.zeros_like(eps)
+    forged[:, ::50, :] = eps[:, ::50, :]
+    rewrite_row(out, "eps", 1, forged)
+    rewrite_row(out, "eps_lower", 1, np.full_like(eps, np.nan))
+
+
+def scaled(out: Path, table: object) -> None:
+    rewrite_row(out, "eps", 1, stored(table, "eps", 1) * 0.975)
+    rewrite_row(out, "eps_lower", 1, stored(table, "eps_lower", 1) * 0.975)
+
+
+def relabelled(out: Path, table: object) -> None:
+    """The generic row (0) carrying the k-RR k=1024 row's values (far smaller)."""
+    r = table.labels().index("krr k=1024")
+    rewrite_row(out, "eps", 0, stored(table, "eps", r))
+    rewrite_row(out, "eps_lower", 0, stored(table, "eps_lower", r))
+
+
+def lower_at_upper(out: Path, table: object) -> None:
+    rewrite_row(out, "eps_lower", 1, stored(table, "eps", 1))
+
+
+FORGERIES = {"cone": cone, "scaled row": scaled, "relabelled row": relabelled, "forged lower bounds": lower_at_upper}
+
+
+def true_eps(eps0: float, n: int, delta: float) -> float:
+    """The shipped (pinned) table's certified answer for k-RR k=2: the reference."""
+    return float(lookup.eps(KRR[0], eps0=eps0, n=n, delta=delta, max_slack=None, live=False, **KRR[1]).value)
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forgeries_are_refused_or_labelled_uncertified(tmp_path: Path, cache: Path, name: str) -> None:
+    out = forge(tmp_path, FORGERIES[name])
+    assert not store.check_manifest(out)  # every checksum matches the forgery
+    with pytest.raises(TableError, match="nothing vouches for it") as refused:
+        lookup.open_table(out)
+    assert "tablegen verify --full" in str(refused.value) and "signed by a trusted key" in str(refused.value)
+    result = CliRunner().invoke(lookup.cli.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
+                                                  "--n", "1e4", "--delta", "1e-6", "--table", str(out), "--json"])
+    assert result.exit_code == 3 and "nothing vouches" in result.output
+    try:  # asked for explicitly: refused by the random spot checks, or answered as not certified
+        table = lookup.open_table(out, verified=False)
+    except TableError as err:
+        assert "drawn at random" in str(err)
+        return
+    assert not table.certified and table.provenance == "unverified"
+    result = CliRunner().invoke(lookup.cli.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
+                                                  "--n", "1e4", "--delta", "1e-6", "--table", str(out), "--json",
+                                                  "--unverified", "--max-slack", "none"])
+    assert result.exit_code == 0 and json.loads(result.output)["certified"] is False
+
+
+def test_random_spot_checks_catch_a_cone_that_fixed_cells_missed(tmp_path: Path, cache: Path) -> None:
+    out = forge(tmp_path, cone)
+    for _ in range(3):  # cells are drawn anew on every check: each catches it
+        problem = trust.spot_check(_only_row(_unchecked(out), 1), _engine_certifies(), seconds=0.0)
+        assert "does not certify" in problem and "krr k=2" in problem
+
+
+def _unchecked(path: Path) -> object:
+    from lookup.table import _load_table, open_store
+
+    return open_store(path, _load_table, "")
+
+
+def _engine_certifies() -> Callable[..., bool]:
+    from tablegen.engine import certifies
+
+    return certifies
+
+
+def test_a_forged_lower_bound_is_refuted_at_a_random_cell(tmp_path: Path, cache: Path) -> None:
+    out = forge(tmp_path, lower_at_upper)
+    table = _unchecked(out)
+    problems = [trust.spot_check(_only_row(table, 1), _engine_certifies(), seconds=0.0) for _ in range(2)]
+    assert all("lower bound is above the exact eps" in p for p in problems)
+
+
+def _only_row(table: object, r: int) -> object:
+    """``table`` seen through row ``r`` alone (the spot cells all drawn there)."""
+    class One:
+        families, params, eps0, n, delta = [table.families[r]], [table.params[r]], table.eps0, table.n, table.delta
+        upper = type("S", (), {"shape": (1, *table.upper.shape[1:])})()
+        stored_eps, stored_lower = staticmethod(lambda _: table.stored_eps(r)), staticmethod(
+            lambda _: table.stored_lower(r))
+
+        def labels(self) -> list[str]:
+            return [table.labels()[r]]
+    return One()
+
+
+def test_the_shipped_path_with_other_content_is_a_foreign_table(tmp_path: Path, cache: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    out = forge(tmp_path, scaled)
+    monkeypatch.setattr(lookup.table, "shipped_table", lambda name: out)
+    monkeypatch.delenv(lookup.table.ENV_TABLE, raising=False)
+    with pytest.raises(TableError, match="nothing vouches"):
+        lookup.open_table()
+    assert lookup.open_table(SHIPPED).provenance == "shipped"  # pinned by digest: the genuine one still is
+
+
+def test_planted_and_edited_trust_records_are_not_believed(tmp_path: Path, cache: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    out = forge(tmp_path, scaled)
+    digest = trust.listing_digest(read_manifest(out))
+    (cache / "trusted").mkdir(parents=True)
+    (cache / "trusted" / digest).write_text(json.dumps({"digest": digest, "how": "built", "mac": "0" * 64}))
+    with pytest.raises(TableError, match="nothing vouches"):
+        lookup.open_table(out)
+    # a record made under another user's secret, copied in
+    monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "other"))
+    assert trust.record_built(out, digest)
+    planted = (tmp_path / "other" / "trusted" / digest).read_text()
+    monkeypatch.setenv(trust.ENV_CACHE, str(cache))
+    trust.secret()  # this user's secret exists
+    (cache / "trusted" / digest).write_text(planted)
+    assert trust.recorded(digest) is None
+    # a secret others may read is no secret: nothing recorded under it is believed
+    assert trust.record_built(out, digest) and trust.recorded(digest) == "built"
+    (cache / trust.SECRET).chmod(0o644)
+    assert trust.recorded(digest) is None
+
+
+def test_planted_live_cache_entries_are_not_served(tmp_path: Path, cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    point, params = {"eps0": 1.0, "n": 50, "delta": 1e-6}, {"k": 3}
+    monkeypatch.setattr(live, "_MEMORY", {})
+    value = live.eps_upper("krr", point, params)
+    [entry] = [p for p in cache.glob("*.json")]
+    record = json.loads(entry.read_text())
+    record["value"] = [1e-9]  # edited: its HMAC no longer matches
+    entry.write_text(json.dumps(record))
+    monkeypatch.setattr(live, "_MEMORY", {})
+    assert live.eps_upper("krr", point, params) == value
+    record = json.loads(entry.read_text())
+    record["value"] = [1e-9]
+    record["mac"] = trust.mac(live._signed_text(record["key"], (1e-9,)))  # even authentic: re-certified first
+    entry.write_text(json.dumps(record))
+    monkeypatch.setattr(live, "_MEMORY", {})
+    assert live.eps_upper("krr", point, params) == value
+
+
+def raised(eps: np.ndarray, eps0: np.ndarray) -> np.ndarray:
+    """``eps`` 1% larger where that stays below eps0 (a certified value is certified when raised)."""
+    up = eps * 1.01
+    return np.where(up < eps0[:, None, None], up, eps)
+
+
+@pytest.fixture()
+def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    """Two Ed25519 key pairs (private, public PEM files): "ours" and "theirs"."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pairs = {}
+    for name in ("ours", "theirs"):
+        key = Ed25519PrivateKey.generate()
+        private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub.pem"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+        pairs[name] = (private, public)
+    return pairs
+
+
+def test_stripped_and_foreign_signatures_are_refused_once_a_key_is_trusted(
+        tmp_path: Path, cache: Path, keys: dict[str, tuple[Path, Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+    out = forge(tmp_path, lambda out, table: None)  # an exact copy: pinned
+    assert lookup.open_table(out).provenance == "shipped"
+    custom = forge(tmp_path, lambda o, t: rewrite_row(o, "eps", 1, raised(stored(t, "eps", 1), t.eps0)),
+                   "custom.zarr")  # larger values: still certified, a genuine custom table
+    digest = trust.listing_digest(read_manifest(custom))
+    assert trust.record_built(custom, digest) and lookup.open_table(custom).provenance == "built"
+    monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
+    lookup.table._OPEN.clear()
+    with pytest.raises(TableError, match="not signed, and trusted keys are configured"):
+        lookup.open_table(custom)  # built here, but the operator wants signatures
+    trust.sign(custom, keys["theirs"][0])
+    with pytest.raises(TableError, match="signed by a key that is not trusted"):
+        lookup.open_table(custom)
+    trust.sign(custom, keys["ours"][0])
+    assert lookup.open_table(custom).provenance == "signed"
+    trust.signature_path(custom).unlink()  # stripped
+    lookup.table._OPEN.clear()  # a table's provenance is established once per process
+    with pytest.raises(TableError, match="not signed"):
+        lookup.open_table(custom)
+
+
+def test_a_genuine_custom_table_built_copied_signed_and_verified(
+        table_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        keys: dict[str, tuple[Path, Path]]) -> None:
+    """Built here: answers; copied to a fresh cache home: refused naming the four ways; signed:
+    accepted; fully verified (``tablegen verify --full``): accepted."""
+    monkeypatch.delenv(trust.ENV_KEYS, raising=False)
+    monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "builder"))
+    digest = trust.listing_digest(read_manifest(table_path))
+    assert trust.record_built(table_path, digest)  # what tablegen build records
+    lookup.table._OPEN.clear()
+    assert lookup.open_table(table_path).provenance == "built"
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(table_path, copy)
+    monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "fresh"))
+    with pytest.raises(TableError) as refused:
+        lookup.open_table(copy)
+    for way in ("shipped with shuffle-eps", "built on this machine", "signed by a trusted key", "verify --full"):
+        assert way in str(refused.value)
+    trust.sign(copy, keys["ours"][0])
+    monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
+    assert lookup.open_table(copy).provenance == "signed"
+    monkeypatch.delenv(trust.ENV_KEYS)
+    lookup.table._OPEN.clear()
+    start = time.perf_counter()
+    result = CliRunner().invoke(tablegen_main, ["verify", "--full", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert "recorded as verified" in result.output and time.perf_counter() - start < 60
+    assert lookup.open_table(copy).provenance == "verified"
+
+
+def test_refute_refuses_the_table_at_once_and_forgets_its_record(table_path: Path, tmp_path: Path, cache: Path) -> None:
+    copy = tmp_path / "refuted.zarr"
+    shutil.copytree(table_path, copy)
+    digest = trust.listing_digest(read_manifest(copy))
+    trust.record_built(copy, digest)
+    table = lookup.open_table(copy)
+    with pytest.raises(TableError, match="krr k=3 eps0 1 n 40 delta 1e-07"):
+        trust.refute(table, "krr k=3 eps0 1 n 40 delta 1e-07: table eps 0.1 below the engine's proved lower bound 0.2")
+    assert trust.recorded(digest) is None
+    with pytest.raises(TableError, match="proved lower bound"):
+        lookup.open_table(copy)
+
+
+def test_fallback_reader_takes_the_digest_from_the_listing_it_verified(tmp_path: Path, cache: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zarr fallback once re-read MANIFEST.sha256 after verifying the files: a genuine
+    manifest swapped in between made a forgery look pinned.  The swap happens right after the
+    verified read; the digest is still the forgery's."""
+    from lookup import reader
+    from lookup import table as table_module
+
+    out = forge(tmp_path, scaled)
+    forged_manifest = (out / "MANIFEST.sha256").read_bytes()
+    real = table_module.read_verified_listing
+
+    def swapped(store_path: Path, attempts: int = 2) -> tuple[dict[str, bytes], dict[str, str]]:
+        files, listed = real(store_path, attempts)
+        shutil.copy(SHIPPED / "MANIFEST.sha256", out / "MANIFEST.sha256")
+        return files, listed
+
+    def unsupported(_: Path) -> None:
+        raise reader.Unsupported("forced fallback")
+
+    monkeypatch.setattr(reader, "open_group", unsupported)
+    monkeypatch.setattr(table_module, "read_verified_listing", swapped)
+    with pytest.raises(TableError, match="nothing vouches"):
+        lookup.open_table(out)
+    (out / "MANIFEST.sha256").write_bytes(forged_manifest)
+
+
+def test_symlinks_and_paths_leaving_the_store_are_refused(tmp_path: Path, cache: Path) -> None:
+    out = forge(tmp_path, lambda o, t: None)
+    chunk = out / "eps" / "c" / "1" / "0" / "0" / "0"
+    outside = tmp_path / "outside"
+    outside.write_bytes(chunk.read_bytes())
+    chunk.unlink()
+    chunk.symlink_to(outside)
+    store.write_manifest(out)
+    lookup.table._OPEN.clear()
+    with pytest.raises(TableError, match="symbolic link"):
+        lookup.open_table(out, verified=False)
+    manifest = (out / "MANIFEST.sha256").read_text()
+    (out / "MANIFEST.sha256").write_text(manifest + f"{'0' * 64}  ../outside\n")
+    with pytest.raises(TableError, match="leaving the store"):
+        lookup.open_table(out, verified=False)
+
+
+def _bounded(call: Callable[[], object]) -> tuple[float, float]:
+    """(seconds, peak MB allocated) of ``call``."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        call()
+    finally:
+        seconds = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+    return seconds, peak
+
+
+def blosc_bomb(out: Path, table: object) -> None:
+    """Row 1's eps chunk declaring 8 GiB decompressed (its blosc header edited, 256 KB of bytes)."""
+    path = out / "eps" / "c" / "1" / "0" / "0" / "0"
+    data = bytearray(path.read_bytes()[:-4])
+    data[4:8] = (2**32 - 1).to_bytes(4, "little")
+    data = bytes(data) + bytes(256 * 1024)
+    data = data[:12] + len(data).to_bytes(4, "little") + data[16:]
+    path.write_bytes(data + crc32c(data).to_bytes(4, "little"))
+
+
+def shape_bomb(out: Path, table: object) -> None:
+    """The n axis declared 1e8 long in the consolidated metadata (no chunk written)."""
+    meta = json.loads((out / "zarr.json").read_text())
+    arrays = meta["consolidated_metadata"]["metadata"]
+    for name, m in arrays.items():
+        if "n" in m.get("dimension_names", []) or name == "n":
+            i = m["dimension_names"].index("n") if m.get("dimension_names") else 0
+            m["shape"][i] = 10**8
+    (out / "zarr.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("bomb", [blosc_bomb, shape_bomb])
+def test_bombs_are_refused_in_under_a_second_and_200_mb(tmp_path: Path, cache: Path,
+                                                        bomb: Callable[[Path, object], None]) -> None:
+    out = forge(tmp_path, bomb)
+    lookup.table._OPEN.clear()
+
+    def use() -> None:  # as every reader opens it, the row with the bomb used at once
+        with pytest.raises(TableError, match="refused"):
+            _unchecked(out).upper.row(1)
+
+    seconds, peak = _bounded(use)
+    assert seconds < 1.0 and peak < 200
+    seconds, peak = _bounded(lambda: verify(out))
+    problems = verify(out)
+    assert problems and "Traceback" not in problems[0] and seconds < 2.0 and peak < 200
