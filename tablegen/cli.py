@@ -481,18 +481,22 @@ def sign(path: str, key_file: str) -> None:
 @click.option("--sample", type=int, default=0, show_default=True,
               help="random (mechanism, eps0) slices to recompute live")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed for the sample")
-def verify(store_path: str, sample: int, seed: int) -> None:
+@click.option("--full", is_flag=True, help="recompute every slice; if all are equal, record the table as verified "
+              "here (a table nothing else vouches for is then answered from: docs/trust.md)")
+def verify(store_path: str, sample: int, seed: int, full: bool) -> None:
     """Check a table's SHA-256 manifest, chunk checksums and invariants; recompute --sample slices."""
     from tablegen.verify import verify as check
 
     if sample < 0:
         _fail(ValueError(f"--sample must be >= 0, got {sample}"))
-    problems = check(store_path, sample=sample, seed=seed)
+    problems = check(store_path, sample=sample, seed=seed, full=full)
     for problem in problems:
         click.echo(f"FAIL {problem}", err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"{store_path}: manifest, checksums and invariants OK; {sample} slices recomputed and equal")
+    done = "every slice recomputed and equal; recorded as verified here" if full else \
+        f"{sample} slices recomputed and equal"
+    click.echo(f"{store_path}: manifest, checksums and invariants OK; {done}")
 
 
 @main.command("build-calibration")
