@@ -309,7 +309,7 @@ def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | 
 
     chunks = (1, *spec.shape[1:])
     lazy = {name: dask.array.zeros(spec.shape, chunks=chunks, dtype="f8") for name in store.VARIABLES}
-    store.publish_rows(dataset(spec, lazy, history), out, functools.partial(store.read_slice, staging),
+    store.publish_rows(dataset(spec, lazy, history), out, store.slice_reader(staging),
                        store.CERTIFIED_ROUNDING, sign_key=sign_key)
 
 

@@ -167,19 +167,25 @@ def write_slice(staging: str | Path, cell: tuple[int, int], eps: np.ndarray, eps
     marker.touch()
 
 
-def read_slice(staging: Path, r: int, e: int) -> dict[str, np.ndarray]:
-    """Both arrays (n, delta) of finished slice (``r``, ``e``); refuses missing values in ``eps``
-    (a marker whose chunk was lost, e.g. to a power cut before the data reached the disk) and
-    removes that slice's marker, so the next build recomputes it."""
+def slice_reader(staging: Path) -> Callable[[str, int, int], np.ndarray]:
+    """``read(name, r, e)``: variable ``name`` (n, delta) of finished slice (``r``, ``e``), the
+    arrays opened once.  Refuses missing values in ``eps`` (a marker whose chunk was lost, e.g.
+    to a power cut before the data reached the disk) and removes that slice's marker, so the next
+    build recomputes it."""
     import zarr
 
-    values = {name: zarr.open_array(staging / CELLS / name, mode="r")[r, e] for name in VARIABLES}
-    missing = np.argwhere(np.isnan(values["eps"]).any(axis=-1))
-    if missing.size:
-        shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
-        raise StoreError(f"{staging}: curve {(r, e, int(missing[0][0]))} has a marker but no values; the markers of "
-                         "its slice were removed, run the build again to recompute it")
-    return values
+    arrays = {name: zarr.open_array(staging / CELLS / name, mode="r") for name in VARIABLES}
+
+    def read(name: str, r: int, e: int) -> np.ndarray:
+        values = arrays[name][r, e]
+        missing = np.flatnonzero(np.isnan(values).any(axis=-1)) if name == "eps" else ()
+        if len(missing):
+            shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
+            raise StoreError(f"{staging}: curve {(r, e, int(missing[0]))} has a marker but no values; the markers "
+                             "of its slice were removed, run the build again to recompute it")
+        return values
+
+    return read
 
 
 def root_attributes(out: str | Path) -> dict[str, Any]:
@@ -340,11 +346,11 @@ def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | 
     _publish_with(out, lambda tmp: _write_dataset(dataset, tmp, compacted), sign_key)
 
 
-def publish_rows(template: Any, out: str | Path, read_slice: Callable[[int, int], dict[str, np.ndarray]],
+def publish_rows(template: Any, out: str | Path, read_slice: Callable[[str, int, int], np.ndarray],
                  rounding: dict[str, bool], bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
     """``publish`` of a table whose variables of ``rounding`` (mechanism, eps0, n, delta) are
     streamed: ``template`` holds them as lazy (dask) arrays, never computed; each mechanism row
-    is filled from ``read_slice(r, e)`` (float64 arrays (n, delta) by variable), rounded slice by
+    is filled from ``read_slice(name, r, e)`` (float64, (n, delta)), rounded slice by
     slice into one float32 row (``round_float32``, so the bytes are those ``publish`` writes) and
     written as its chunk.  Memory: one row of one variable (4 bytes x eps0 x n x delta) and the
     codecs' copies of it, whatever the number of rows."""
@@ -366,7 +372,7 @@ def publish_rows(template: Any, out: str | Path, read_slice: Callable[[int, int]
             row = np.empty(array.shape[1:], dtype="<f4")
             for r in range(rows):
                 for e in range(eps0):
-                    row[e] = round_float32(read_slice(r, e)[name], up, bits)
+                    row[e] = round_float32(read_slice(name, r, e), up, bits)
                 array[r] = row
 
     _publish_with(out, write, sign_key)
