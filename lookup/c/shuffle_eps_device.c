@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SHUFFLE_EPS_SODIUM
+#include <sodium.h>
+#endif
+
 /* ------------------------------------------------------------------ SHA-256 (FIPS 180-4) */
 
 /* first 32 bits of the fractional parts of the cube roots of the first 64 primes (4.2.2) */
@@ -740,6 +744,7 @@ int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double 
     double eps, weight = 0.0;
     int status;
     if (t == NULL || !t->ready || eps_out == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    if (!t->vouched) return SHUFFLE_EPS_E_UNTRUSTED;
     if (!(eps0 > 0 && eps0 < INFINITY && n >= 1 && n < INFINITY && delta > 0 && delta < 1))
         return SHUFFLE_EPS_E_QUERY;
     if ((status = find_row(t, params_json, &r)) != SHUFFLE_EPS_OK) return status;
@@ -768,6 +773,57 @@ int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double 
     }
     *eps_out = eps <= eps0 ? eps : eps0;
     return SHUFFLE_EPS_OK;
+}
+
+/* ------------------------------------------------------------------ trust */
+
+static const char SIGNED[] = "shuffle-eps table digest "; /* then the 64 hex digits of the file's SHA-256 */
+
+int shuffle_eps_trust_bundled(shuffle_eps_table *t) {
+    if (t == NULL || !t->ready) return SHUFFLE_EPS_E_ARGUMENT;
+    t->vouched = 1;
+    return SHUFFLE_EPS_OK;
+}
+
+/* the 2 * out_len hex digits after "key": "  in sig[0..n), into out; 0 if absent or malformed */
+static int sig_hex(const unsigned char *sig, size_t n, const char *key, unsigned char *out, size_t out_len) {
+    size_t k = strlen(key), i, at;
+    for (at = 0; at + k + 2 <= n; at++) {
+        if (sig[at] != '"' || memcmp(sig + at + 1, key, k) != 0 || sig[at + 1 + k] != '"') continue;
+        at += k + 2;
+        while (at < n && (sig[at] == ' ' || sig[at] == ':')) at++;
+        if (at + 2 * out_len + 1 > n || sig[at] != '"' || sig[at + 1 + 2 * out_len] != '"') return 0;
+        for (i = 0; i < 2 * out_len; i++) {
+            unsigned char c = sig[at + 1 + i];
+            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (v < 0) return 0;
+            if (i % 2 == 0) out[i / 2] = (unsigned char)(v << 4);
+            else out[i / 2] |= (unsigned char)v;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int shuffle_eps_verify_signature(shuffle_eps_table *t, const unsigned char *sig, size_t sig_len,
+                                 const unsigned char public_key[32]) {
+    unsigned char signature[64], signer[32], message[sizeof SIGNED - 1 + 64];
+    if (t == NULL || !t->ready || sig == NULL || public_key == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    if (!sig_hex(sig, sig_len, "signature", signature, 64) || !sig_hex(sig, sig_len, "public_key", signer, 32)
+        || memcmp(signer, public_key, 32) != 0)
+        return SHUFFLE_EPS_E_SIGNATURE;
+    /* the digest signed is the file's own, as its header holds it (verified by shuffle_eps_open) */
+    memcpy(message, SIGNED, sizeof SIGNED - 1);
+    memcpy(message + sizeof SIGNED - 1, t->header + t->header_len - 66, 64);
+#ifdef SHUFFLE_EPS_SODIUM
+    if (sodium_init() < 0) return SHUFFLE_EPS_E_NO_SODIUM;
+    if (crypto_sign_verify_detached(signature, message, sizeof message, public_key) != 0)
+        return SHUFFLE_EPS_E_SIGNATURE;
+    t->vouched = 2;
+    return SHUFFLE_EPS_OK;
+#else
+    return SHUFFLE_EPS_E_NO_SODIUM;
+#endif
 }
 
 int shuffle_eps_row_json(const shuffle_eps_table *t, size_t r, const char **text, size_t *len) {
@@ -817,6 +873,12 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_DELTA_BELOW: return "not covered: delta is below the smallest delta of the device file";
         case SHUFFLE_EPS_E_EPS0_OFF_GRID:
             return "not covered: this row answers only at the eps0 values stored in the device file";
+        case SHUFFLE_EPS_E_UNTRUSTED:
+            return "refused: nothing vouches for the file (ship it inside a signed bundle, or check its signature)";
+        case SHUFFLE_EPS_E_SIGNATURE:
+            return "refused: its signature is malformed, by another key, or does not verify (changed after signing)";
+        case SHUFFLE_EPS_E_NO_SODIUM:
+            return "signatures cannot be checked: compile with -DSHUFFLE_EPS_SODIUM and link -lsodium";
         default: return "unknown status";
     }
 }

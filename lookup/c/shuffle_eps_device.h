@@ -33,6 +33,13 @@
  *     ...
  *     free(work);     (and the file bytes: the table itself holds nothing to release)
  *
+ * Trust (docs/trust.md): a checksum proves a file intact, not who wrote it.  An opened table
+ * answers only once it is vouched for: shuffle_eps_trust_bundled (the caller declares the file came
+ * inside its own signed firmware or bundle) or shuffle_eps_verify_signature (the Ed25519 signature
+ * `tablegen sign` writes beside it, FILE.sig, checked against a public key the device trusts; needs
+ * libsodium: compile with -DSHUFFLE_EPS_SODIUM and link -lsodium).  Until then shuffle_eps_eps
+ * returns SHUFFLE_EPS_E_UNTRUSTED.
+ *
  * Every function returns a status (0: SHUFFLE_EPS_OK); a refusal never writes a result.
  * Compile the library with -std=c99 (GCC then contracts no floating-point operations, as the
  * Python reader does not); with clang or -std=gnu99 add -ffp-contract=off for answers identical
@@ -83,7 +90,11 @@ enum shuffle_eps_status {
     SHUFFLE_EPS_E_EPS0_ABOVE = 43,    /* eps0 above the largest stored eps0 */
     SHUFFLE_EPS_E_N_BELOW = 44,       /* n below the smallest stored n */
     SHUFFLE_EPS_E_DELTA_BELOW = 45,   /* delta below the smallest stored delta */
-    SHUFFLE_EPS_E_EPS0_OFF_GRID = 46  /* the row answers at its stored eps0 only (eps0_monotone false) */
+    SHUFFLE_EPS_E_EPS0_OFF_GRID = 46, /* the row answers at its stored eps0 only (eps0_monotone false) */
+    /* trust: nothing vouches for the file yet */
+    SHUFFLE_EPS_E_UNTRUSTED = 50,     /* neither shuffle_eps_trust_bundled nor a verified signature */
+    SHUFFLE_EPS_E_SIGNATURE = 51,     /* the signature is malformed or does not verify with the trusted key */
+    SHUFFLE_EPS_E_NO_SODIUM = 52      /* compiled without -DSHUFFLE_EPS_SODIUM: signatures cannot be checked */
 };
 
 /* An opened device file.  Read the fields, never write them; valid while the file bytes and the
@@ -99,6 +110,7 @@ typedef struct shuffle_eps_table {
     size_t work_needed;              /* doubles of work: n_eps0 + n_n + n_delta + rows */
     size_t where[4];                 /* after E_VALUE, E_LOWER, E_MONOTONE: row, eps0, n, delta index */
     int ready;                       /* nonzero once opened */
+    int vouched;                     /* nonzero once trusted: 1 bundled, 2 signed by a trusted key */
 } shuffle_eps_table;
 
 /* Open and check the device file held in bytes[0..size).  On SHUFFLE_EPS_OK the table is ready;
@@ -117,6 +129,21 @@ int shuffle_eps_open(shuffle_eps_table *table, const unsigned char *bytes, size_
  * E_QUERY, E_PARAMS, E_ROW, E_EPS0_ABOVE, E_N_BELOW, E_DELTA_BELOW, E_EPS0_OFF_GRID. */
 int shuffle_eps_eps(const shuffle_eps_table *table, const char *params_json, double eps0, double n, double delta,
                     double *eps_out);
+
+/* Declare the opened file trusted because it was shipped inside the caller's own signed bundle
+ * (firmware image, package): the bundle's signature, checked by the device's boot or update path,
+ * covers it.  Never call it for a file that arrived by itself. */
+int shuffle_eps_trust_bundled(shuffle_eps_table *table);
+
+/* Check the Ed25519 signature of the opened file: sig[0..sig_len) is the JSON `tablegen sign` writes
+ * (FILE.sig: {"public_key": hex, "signature": hex, "digest": hex}); the signed message is
+ * "shuffle-eps table digest " followed by the 64 hex digits of the file's own SHA-256 (as its header
+ * holds them, checked by shuffle_eps_open), verified with public_key[0..32), the raw key the device
+ * trusts (libsodium crypto_sign_verify_detached).  SHUFFLE_EPS_OK: the table is vouched for;
+ * E_SIGNATURE: malformed, made by another key, or for other content; E_NO_SODIUM: compiled without
+ * -DSHUFFLE_EPS_SODIUM. */
+int shuffle_eps_verify_signature(shuffle_eps_table *table, const unsigned char *sig, size_t sig_len,
+                                 const unsigned char public_key[32]);
 
 /* Row r's parameters as the JSON text stored in the header (a pointer into it, *len bytes). */
 int shuffle_eps_row_json(const shuffle_eps_table *table, size_t r, const char **text, size_t *len);

@@ -2,23 +2,30 @@
  * shuffle_eps_query - answer one query from a shuffle-eps device file (an example of
  * shuffle_eps_device.h; docs/device-format.md).
  *
- *     shuffle_eps_query FILE PARAMS_JSON EPS0 N DELTA
- *     shuffle_eps_query FILE EPS0 N DELTA          (a file with one row: its parameters may be left out)
+ *     shuffle_eps_query TRUST FILE PARAMS_JSON EPS0 N DELTA
+ *     shuffle_eps_query TRUST FILE EPS0 N DELTA    (a file with one row: its parameters may be left out)
+ *
+ * TRUST says why the file is trusted (docs/trust.md): --bundled (it came inside this device's own
+ * signed bundle) or --key HEX (the 64 hex digits of a trusted Ed25519 public key: FILE.sig, written
+ * by `tablegen sign`, must verify with it; needs a build with -DSHUFFLE_EPS_SODIUM ... -lsodium).
  *
  * PARAMS_JSON is the row's parameters as a JSON object, e.g. '{"k":10}' for k-RR with k = 10 or
  * '{}' for a family without parameters.  Prints the certified eps on stdout with %.17g (it reads
  * back as the same double) and exits 0; otherwise prints the reason on stderr and exits with the
  * status code (shuffle_eps_device.h: 1 bad command line, 2 unreadable file, 10-32 a refused file,
- * 40-46 a query the file cannot answer).
+ * 40-46 a query the file cannot answer, 50-52 a file nothing vouches for).
  *
  * Build:  cc -std=c99 -O2 -o shuffle_eps_query shuffle_eps_query.c shuffle_eps_device.c -lm
+ *   with signatures:  cc -std=c99 -O2 -DSHUFFLE_EPS_SODIUM -o shuffle_eps_query shuffle_eps_query.c
+ *                     shuffle_eps_device.c -lsodium -lm
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shuffle_eps_device.h"
 
-static const char *USAGE = "usage: shuffle_eps_query FILE [PARAMS_JSON] EPS0 N DELTA\n";
+static const char *USAGE = "usage: shuffle_eps_query (--bundled | --key HEX) FILE [PARAMS_JSON] EPS0 N DELTA\n";
 
 static int number(const char *text, double *out) {
     char *end;
@@ -59,15 +66,52 @@ static int read_file(const char *path, unsigned char **bytes, size_t *size) {
     return 1;
 }
 
+/* 64 hex digits into 32 bytes; 0 if malformed */
+static int hex_key(const char *text, unsigned char key[32]) {
+    int i;
+    for (i = 0; i < 64; i++) {
+        char c = text[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (v < 0) return 0;
+        key[i / 2] = (unsigned char)(i % 2 ? key[i / 2] | v : v << 4);
+    }
+    return text[64] == '\0';
+}
+
+/* vouch for the opened table as the command line says: --bundled, or FILE.sig checked with the key */
+static int vouch(shuffle_eps_table *table, const char *path, const char *key_hex) {
+    unsigned char key[32], *sig = NULL;
+    size_t sig_len = 0;
+    char *sig_path;
+    int status;
+    if (key_hex == NULL) return shuffle_eps_trust_bundled(table);
+    if (!hex_key(key_hex, key)) {
+        fprintf(stderr, "shuffle_eps_query: --key needs 64 hex digits (a raw Ed25519 public key)\n");
+        return SHUFFLE_EPS_E_ARGUMENT;
+    }
+    sig_path = malloc(strlen(path) + 5);
+    if (sig_path == NULL) return SHUFFLE_EPS_E_IO;
+    strcpy(sig_path, path);
+    strcat(sig_path, ".sig");
+    status = read_file(sig_path, &sig, &sig_len) ? shuffle_eps_verify_signature(table, sig, sig_len, key)
+                                                  : SHUFFLE_EPS_E_SIGNATURE;
+    free(sig_path);
+    free(sig);
+    return status;
+}
+
 int main(int argc, char **argv) {
-    const char *path, *params = NULL;
+    const char *path, *params = NULL, *key_hex = NULL;
     unsigned char *bytes = NULL;
     size_t size = 0;
     double *work = NULL, eps0, n, delta, eps;
     shuffle_eps_table table;
-    int status, first;
+    int status, first, trust;
 
-    if (argc != 5 && argc != 6) {
+    trust = argc > 1 && strcmp(argv[1], "--bundled") == 0 ? 1 : argc > 2 && strcmp(argv[1], "--key") == 0 ? 2 : 0;
+    if (trust == 2) key_hex = argv[2];
+    argc -= trust, argv += trust;
+    if (!trust || (argc != 5 && argc != 6)) {
         fputs(USAGE, stderr);
         return SHUFFLE_EPS_E_ARGUMENT;
     }
@@ -93,6 +137,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, " (row %lu, eps0 %g, n %g, delta %g)", (unsigned long)table.where[0],
                     table.eps0[table.where[1]], table.n[table.where[2]], table.delta[table.where[3]]);
         fputc('\n', stderr);
+    } else if ((status = vouch(&table, path, key_hex)) != SHUFFLE_EPS_OK) {
+        fprintf(stderr, "shuffle_eps_query: %s: %s\n", path, shuffle_eps_status_message(status));
     } else {
         status = shuffle_eps_eps(&table, params, eps0, n, delta, &eps);
         if (status == SHUFFLE_EPS_OK) {

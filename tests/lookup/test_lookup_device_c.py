@@ -35,6 +35,7 @@ ARGUMENT, IO = 1, 2
 TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM = 10, 11, 12, 13, 14, 15, 16
 KEY, AXIS, SHAPE, PAYLOAD, VALUE, LOWER, MONOTONE = 17, 18, 19, 20, 30, 31, 32
 QUERY, PARAMS, ROW, EPS0_ABOVE, N_BELOW, DELTA_BELOW, EPS0_OFF_GRID = 40, 41, 42, 43, 44, 45, 46
+UNTRUSTED, SIGNATURE, NO_SODIUM = 50, 51, 52
 FILE_REFUSALS = {TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM, KEY, AXIS, SHAPE,
                  PAYLOAD, VALUE, LOWER, MONOTONE}
 
@@ -122,7 +123,7 @@ def _sealed(text: bytes, payload: bytes) -> bytes:
 
 def c_query(tool: Path, path: Path, params: str | None, eps0: float, n: float, delta: float
             ) -> tuple[int, float | None, str]:
-    args = [str(tool), str(path), *([] if params is None else [params]), repr(eps0), repr(n), repr(delta)]
+    args = [str(tool), "--bundled", str(path), *([] if params is None else [params]), repr(eps0), repr(n), repr(delta)]
     done = subprocess.run(args, capture_output=True, text=True)
     return done.returncode, float(done.stdout) if done.returncode == 0 else None, done.stderr
 
@@ -226,15 +227,16 @@ def test_command_line_mistakes(query_tool: Path, files: dict[str, Path], tmp_pat
         return subprocess.run([str(query_tool), *args], capture_output=True, text=True)
 
     assert run().returncode == ARGUMENT and "usage" in run().stderr
-    assert run(str(files["krr"]), "1", "x", "1e-6").returncode == ARGUMENT
-    missing = run(str(tmp_path / "missing.dev"), "1", "50", "1e-6")
+    assert run(str(files["krr"]), "1", "50", "1e-6").returncode == ARGUMENT  # no reason to trust it given
+    assert run("--bundled", str(files["krr"]), "1", "x", "1e-6").returncode == ARGUMENT
+    missing = run("--bundled", str(tmp_path / "missing.dev"), "1", "50", "1e-6")
     assert missing.returncode == IO and "could not be read" in missing.stderr
 
 
 def _refused_by_both(tool: Path, path: Path, params: dict[str, Any] | None = None) -> int:
     """The C status for ``path`` (a file refusal), after checking that the Python reader refuses it."""
-    with pytest.raises(DeviceFileError):
-        read_device(str(path)).eps({"k": 3} if params is None else params, 1.0, 40.0, 1e-6)
+    with pytest.raises(DeviceFileError):  # by its damage, not by its provenance
+        read_device(str(path), verified=False).eps({"k": 3} if params is None else params, 1.0, 40.0, 1e-6)
     rc, _, err = c_query(tool, path, json.dumps({"k": 3} if params is None else params), 1.0, 40.0, 1e-6)
     assert rc in FILE_REFUSALS, (rc, err)
     assert any(word in err for word in ("refused", "not a shuffle-eps device file", "unsupported format")), err
@@ -399,3 +401,91 @@ def test_python_row_checks_are_lookup_checks() -> None:
             assert refuses == numpy_refuses, (monotone, edit)
             outcomes.add(refuses)
     assert outcomes == {True, False}
+
+
+UNVOUCHED_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "shuffle_eps_device.h"
+int main(int argc, char **argv) {
+    static unsigned char bytes[1 << 20];
+    static double work[1 << 12];
+    shuffle_eps_table t;
+    double eps;
+    FILE *f = fopen(argv[1], "rb");
+    size_t size = fread(bytes, 1, sizeof bytes, f);
+    fclose(f);
+    (void)argc;
+    if (shuffle_eps_open(&t, bytes, size, work, sizeof work / sizeof *work) != SHUFFLE_EPS_OK) return 99;
+    printf("%d ", shuffle_eps_eps(&t, NULL, 1.0, 40.0, 1e-6, &eps));
+    printf("%d ", shuffle_eps_trust_bundled(&t));
+    printf("%d\n", shuffle_eps_eps(&t, NULL, 1.0, 40.0, 1e-6, &eps));
+    return 0;
+}
+"""
+
+
+def test_the_c_reader_answers_only_once_the_file_is_vouched_for(build_dir: Path, files: dict[str, Path]) -> None:
+    tool = _compile(build_dir / "unvouched", _write(build_dir / "unvouched.c", UNVOUCHED_MAIN),
+                    C_DIR / "shuffle_eps_device.c")
+    out = subprocess.run([str(tool), str(files["krr"])], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(UNTRUSTED), "0", "0"]
+
+
+def _sodium_tool(build_dir: Path) -> Path:
+    """shuffle_eps_query compiled with -DSHUFFLE_EPS_SODIUM and libsodium; skipped where the
+    library (Debian: libsodium-dev) is not installed."""
+    cc = shutil.which("cc")
+    if cc is None or not any(Path(d, "sodium.h").is_file() for d in ("/usr/include", "/usr/local/include")):
+        pytest.skip("libsodium is not installed (Debian: apt-get install libsodium-dev): signatures not tested")
+    out = build_dir / "shuffle_eps_query_sodium"
+    done = subprocess.run([cc, *CFLAGS, "-DSHUFFLE_EPS_SODIUM", f"-I{C_DIR}", "-o", str(out),
+                           str(C_DIR / "shuffle_eps_query.c"), str(C_DIR / "shuffle_eps_device.c"), "-lsodium", "-lm"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"cc failed:\n{done.stderr}"
+    return out
+
+
+def _key_pair(directory: Path, name: str) -> tuple[Path, str]:
+    """An Ed25519 private key (PEM file) and its raw public key in hex."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    path = directory / f"{name}.pem"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return path, raw.hex()
+
+
+def test_the_c_reader_checks_ed25519_signatures_with_libsodium(build_dir: Path, query_tool: Path,
+                                                               files: dict[str, Path], tmp_path: Path) -> None:
+    tool = _sodium_tool(build_dir)
+    ours, ours_hex = _key_pair(tmp_path, "ours")
+    theirs, theirs_hex = _key_pair(tmp_path, "theirs")
+    device = tmp_path / "krr.dev"
+    shutil.copy(files["krr"], device)
+    query = [str(device), "1.0", "40", "1e-6"]
+
+    def run(tool_path: Path, *trust_args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(tool_path), *trust_args, *query], capture_output=True, text=True)
+
+    bundled = run(query_tool, "--bundled")
+    assert bundled.returncode == 0
+    assert run(tool, "--key", ours_hex).returncode == SIGNATURE  # unsigned (no .sig): stripped
+    trust.sign(device, ours)
+    signed = run(tool, "--key", ours_hex)
+    assert signed.returncode == 0 and float(signed.stdout) == float(bundled.stdout)
+    assert run(tool, "--key", theirs_hex).returncode == SIGNATURE  # signed by a key the device does not trust
+    assert run(query_tool, "--key", ours_hex).returncode == NO_SODIUM  # a build without libsodium cannot check
+    trust.sign(device, theirs)
+    assert run(tool, "--key", ours_hex).returncode == SIGNATURE
+    trust.sign(device, ours)
+    other = tmp_path / "generic.dev"  # a signature moved onto another file: it names other content
+    shutil.copy(files["generic"], other)
+    shutil.copy(trust.signature_path(device), trust.signature_path(other))
+    moved = subprocess.run([str(tool), "--key", ours_hex, str(other), "1.0", "40", "1e-6"], capture_output=True,
+                           text=True)
+    assert moved.returncode == SIGNATURE and "does not verify" in moved.stderr
+
