@@ -264,13 +264,13 @@ def test_other_questions_by_permalink(browser: Any, base: str) -> None:
 
 def test_a_refused_live_question_shows_retry_after(browser: Any, start_server: Any) -> None:
     server = start_server("--live-workers", "1", "--queue", "1", "--retry-after", "7", slow=4.0)
+    browser.get(server.base + "/")
+    fill(browser, "ask", {**KRR, "eps0": "7", "n": "50", "delta": "1e-6"})
     holder = threading.Thread(target=api, args=(server.base, "/v1/eps", {**KRR, "eps0": "6", "n": "60",
                                                                         "delta": "1e-6"}))
     holder.start()  # takes the only live place for about 4 s
     try:
         wait(browser, lambda d: api(server.base, "/healthz", {})[1]["live_queue"] >= 1)
-        browser.get(server.base + "/")
-        fill(browser, "ask", {**KRR, "eps0": "7", "n": "50", "delta": "1e-6"})
         browser.find_element(By.CSS_SELECTOR, "#ask button[type=submit]").click()
         span = wait(browser, lambda d: (lambda e: e if e.text else None)(
             d.find_element(By.CSS_SELECTOR, "[data-error=form]")))
