@@ -20,6 +20,10 @@ Parts (``python -m bench table [--only PART ...] [--quick]``):
   ``--bits`` mantissa bits (and float64 with ``--float64``): store size (eps and eps_lower apart), publish
   time, ``lookup.open_table`` in a fresh process (time, peak RSS), scalar ``lookup.eps`` p50 / p90 over
   20,000 random in-grid queries, and the same queries on ``data/default.zarr``.
+* ``publish``: the client's publish of a finished staging store (``build.publish``, whole process:
+  wall, peak RSS) for synthetic staging stores of ``--publish-gb`` GB of float64 cells (eps and
+  eps_lower; rows of 200 eps0 x 995 n x 40 delta, smooth values shaped as eps, NOT certified) and of
+  twice that: the peak must not grow with the table (issue 36: <= 1 GB at 2 GB and at 4 GB).
 * ``device``: ``tablegen export --device`` of three deployments (k-RR k = 10 at eps0 1.37, n 1e3..1e8,
   deltas 1e-8, 1e-6; generic at eps0 2.2, n 1e4..1e9, delta 1e-9; Laplace at eps0 1, n 1e3..1e8, delta
   1e-8) at each ``--slacks`` value, whole processes: size, stored n, worst slack, wall, peak RSS; then the
@@ -329,7 +333,57 @@ def device(args: argparse.Namespace) -> list[str]:
             *common.table(["deployment", "min answer/live", "median", "max", "below live"], answers)]
 
 
-PARTS: dict[str, common.Part] = {"build": build, "sizing": sizing, "slack": slack, "store": store, "device": device}
+PUBLISH_AXES = {"eps0": {"start": 0.05, "stop": 10.0, "step": 0.05},
+                "n": {"start": 1e2, "stop": 1e9, "per_decade": 142},
+                "delta": {"start": 1e-12, "stop": 1e-3, "per_decade": 4.4}}
+PUBLISH_CHILD = """import sys
+from pathlib import Path
+from tablegen.build import publish
+from tablegen.spec import load_spec
+root = Path(sys.argv[1])
+publish(load_spec(root / "spec.toml"), root / "t.zarr.staging", root / "t.zarr", "python -m bench table --only publish")
+"""
+
+
+def _synthetic_staging(root: Path, gb: float) -> tuple[int, int]:
+    """A finished staging store at ``root``/t.zarr.staging of at least ``gb`` GB of float64 cells
+    (both variables); (rows, cells)."""
+    from tablegen import build as builder
+    from tablegen import store as stores
+    from tablegen.spec import load_spec
+
+    probe = load_spec(write_spec(root / "spec.toml", "probe", PUBLISH_AXES, [{"family": "krr", "k": 2}]))
+    per_row = math.prod(probe.shape[1:])
+    rows = math.ceil(gb * 1e9 / (2 * 8 * per_row))
+    spec = load_spec(write_spec(root / "spec.toml", "synthetic staging (python -m bench table --only publish)",
+                                PUBLISH_AXES, [{"family": "krr", "k": list(range(2, 2 + rows))}]))
+    staging = stores.open_staging(root / "t.zarr", builder.header(spec), spec.shape)
+    n, delta = spec.n[:, None], spec.delta[None, :]
+    for r in range(rows):
+        for e, eps0 in enumerate(spec.eps0):
+            eps = np.minimum(eps0, (1 + 0.1 * r) * np.sqrt(np.log(1 / delta) / n) * np.exp(eps0 / 2))
+            stores.write_slice(staging, (r, e), eps, np.where(e % 4 == 0, 0.99 * eps, np.nan))
+    return rows, math.prod(spec.shape)
+
+
+def publish(args: argparse.Namespace) -> list[str]:
+    lines = ["publish of a synthetic staging store (build.publish in a fresh process; 2 float64 variables)", ""]
+    results = []
+    for gb in (args.publish_gb, 2 * args.publish_gb):
+        with tempfile.TemporaryDirectory(dir=args.scratch) as scratch:
+            rows, cells = _synthetic_staging(Path(scratch), gb)
+            staged = _size(Path(scratch) / "t.zarr.staging")
+            run = common.child([sys.executable, "-c", PUBLISH_CHILD, scratch], timeout=3600)
+            if run.error:
+                raise SystemExit(f"publish failed: {run.error}")
+            results.append((f"{2 * 8 * cells / 1e9:.2f} GB ({rows} rows)", f"{staged / 1e9:.2f} GB",
+                            f"{_size(Path(scratch) / 't.zarr') / 1e6:.0f} MB", f"{run.wall_s:.0f} s",
+                            f"{run.rss_mib:.0f} MiB"))
+    return lines + common.table(["float64 cells", "staging on disk", "published", "wall", "peak RSS"], results)
+
+
+PARTS: dict[str, common.Part] = {"build": build, "sizing": sizing, "slack": slack, "store": store, "device": device,
+                                 "publish": publish}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -340,6 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--float64", action="store_true", help="store: also the float64 form (slow, large)")
     p.add_argument("--slacks", type=float, nargs="+", default=[0.001, 0.005, 0.02], help="device: --max-slack values")
     p.add_argument("--queries", type=int, default=40, help="device: random n per deployment against live")
+    p.add_argument("--publish-gb", type=float, default=2.0, help="publish: float64 cells of the smaller store, GB")
+    p.add_argument("--scratch", default=None, help="publish: folder for the synthetic stores (default: $TMPDIR)")
     common.run("table", PARTS, p.parse_args(argv), argv)
 
 

@@ -50,6 +50,13 @@ IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
 RETRIES = 2  # a task that raises runs up to 1 + RETRIES times (dask's retries), then ends the build
 CONNECT_SECONDS = 5  # an unreachable --scheduler is reported after this long, before anything is written
 STATUS_SECONDS = 30  # no slice finished for this long: the build says what the workers are doing
+DRY_RUN_BUDGET = 90.0  # seconds a dry run spends timing its sample (the full spec's within 2 minutes on 2 cores)
+# the client's publish: peak RSS = CLIENT_BASE_BYTES + CLIENT_ROW_COPIES x one float32 row (python -m bench table
+# --only publish, docs/cluster.md); its time = MERGE_OVERHEAD x reading, rounding and encoding every slice (the
+# manifest's hashing and the verification's decoding of every chunk come on top)
+CLIENT_BASE_BYTES = 250e6
+CLIENT_ROW_COPIES = 4
+MERGE_OVERHEAD = 2.0
 # the code a slice's values depend on, digested into every result's provenance (relative to tablegen/)
 ENGINE_CODE = ("__init__.py", "engine", "mechanisms", "protocols", "decomposition.py", "limits.py", "validate.py")
 REFERENCES = (
@@ -550,45 +557,151 @@ def _import_build_extra(distributed: bool, progress: bool) -> None:
 
 
 def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: int = 0,
-            log: Callable[[str], None] = print) -> dict[str, float]:
-    """Cells, slices still to compute, estimated core-hours (timed on ``sample`` slices, see
-    ``_strata``) with a two-standard-error range, and store size; nothing is written."""
+            log: Callable[[str], None] = print, budget: float = DRY_RUN_BUDGET,
+            processes: int | None = None) -> dict[str, Any]:
+    """Size a build without writing anything: cells, slices still to compute, estimated core-hours
+    (``sample`` slices timed, see ``_strata``) with a two-standard-error range, the slowest slice,
+    the wall time on ``cores`` including the merge, the staging and published sizes and the
+    client's memory during the publish (``_sizes``).
+
+    The sampled slices run on ``processes`` local processes (default: this machine's cores) for
+    at most ``budget`` seconds: a slice still running then counts at its time so far (a lower
+    bound, flagged), one not started is left out.  Wall time on ``cores``: Graham's bound for
+    greedy scheduling (Graham 1969), core-seconds / cores + the slowest slice, then the merge."""
     done = store.finished(store.staging_path(out), spec.n.size) if out else set()
     left = spec.slice_count - len(done)
     strata = _strata(spec, done, sample, seed)
+    picks = [pick for _, stratum in strata for pick in stratum]
     log(f"{spec.source}: {math.prod(spec.shape)} cells in {spec.slice_count} slices of {spec.n.size} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
-        f"{left} to compute; timing {sum(len(picks) for _, picks in strata)} sampled slices")
-    with tempfile.TemporaryDirectory() as scratch:  # tasks run as in a build, writes to a scratch staging store
+        f"{left} to compute; timing {len(picks)} sampled slices on {processes or len(_usable_cores())} local "
+        f"processes, at most {budget:g} s")
+    timed: dict[tuple[int, int], tuple[float, bool]] = {}
+    with tempfile.TemporaryDirectory() as scratch:  # each result kept as a build keeps it, in a scratch staging store
         staging = store.open_staging(Path(scratch) / "dry-run.zarr", header(spec), spec.shape)
-        timed = [[_time_logged(spec, staging, r, e, log) for r, e in picks] for _, picks in strata]
-    seconds = [t for times in timed for t in times]
+        for pick, seconds, result in _time_in_pool(spec, picks, processes or len(_usable_cores()), budget):
+            timed[pick] = (seconds, result is None)
+            if result is not None:
+                accept(staging, result)
+            log(f"  timed {_pick_label(spec, pick)}: {'>= ' if result is None else ''}{seconds:.2f} s")
+        sizes = _sizes(spec, staging, store.finished(staging, spec.n.size))
+    per_stratum = [[timed[p][0] for p in stratum if p in timed] for _, stratum in strata]
+    seconds = [t for times in per_stratum for t in times]
+    if not seconds:
+        raise BuildFailed(f"no sampled slice started within --budget {budget:g} s")
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
     # (a stratum timed once has no spread to go by: its standard error is taken as its mean)
-    seconds_left = sum(count * float(np.mean(times)) for (count, _), times in zip(strata, timed, strict=True) if times)
+    pairs = [(count, times) for (count, _), times in zip(strata, per_stratum, strict=True) if times]
+    seconds_left = sum(count * float(np.mean(times)) for count, times in pairs)
     variance = sum(count**2 * (float(np.var(times, ddof=1)) / len(times) if len(times) > 1 else times[0] ** 2)
-                   for (count, _), times in zip(strata, timed, strict=True) if times)
-    tasks_left = max(sum(count for count, _ in strata), 1)
-    per_slice = seconds_left / tasks_left
-    error = math.sqrt(variance) / tasks_left
+                   for count, times in pairs)
+    tasks_left = max(sum(count for count, _ in pairs), 1)
+    per_slice, error = seconds_left / tasks_left, math.sqrt(variance) / tasks_left
+    seconds_left = per_slice * left  # strata without a timed slice at their overall mean
     core_hours = seconds_left / 3600
-    raw_bytes = 2 * 8 * math.prod(spec.shape)
+    slowest = max(timed, key=lambda p: timed[p][0])
+    wall_s = seconds_left / max(cores, 1) + timed[slowest][0] + sizes["merge_seconds"]
     figures = {
         "cells": math.prod(spec.shape), "curves": spec.curve_count, "slices": spec.slice_count,
         "slices_to_compute": left, "sampled_slices": len(seconds), "seconds_per_slice": per_slice,
         "core_hours": core_hours,
-        "core_hours_low": max(per_slice - 2 * error, min(seconds, default=0.0)) * core_hours / max(per_slice, 1e-300),
+        "core_hours_low": max(per_slice - 2 * error, min(seconds)) * core_hours / max(per_slice, 1e-300),
         "core_hours_high": (per_slice + 2 * error) * core_hours / max(per_slice, 1e-300),
-        "seconds_min": min(seconds, default=0.0), "seconds_max": max(seconds, default=0.0),
-        "wall_hours": core_hours / max(cores, 1), "cores": cores, "raw_bytes": raw_bytes,
+        "seconds_min": min(seconds), "seconds_max": max(seconds), "seconds_median": float(np.median(seconds)),
+        "slowest_slice": _pick_label(spec, slowest), "slowest_censored": timed[slowest][1],
+        "censored_slices": sum(c for _, c in timed.values()),
+        "wall_hours": wall_s / 3600, "cores": cores, "raw_bytes": 2 * 8 * math.prod(spec.shape), **sizes,
     }
-    log(f"measured {per_slice:.2f} s per slice on {len(seconds)} slices ({figures['seconds_min']:.2f} to "
-        f"{figures['seconds_max']:.2f} s) -> {core_hours:.2f} core-hours (two standard errors: "
-        f"{figures['core_hours_low']:.2f} to {figures['core_hours_high']:.2f}; a larger --sample narrows it), "
-        f"{figures['wall_hours']:.2f} h on {cores} cores")
-    log(f"store size: {raw_bytes / 1e6:.1f} MB of float64 before compression (zstd, NaN lower bounds "
-        "compress to almost nothing)")
+    _log_figures(figures, log)
     return figures
+
+
+def _log_figures(f: dict[str, Any], log: Callable[[str], None]) -> None:
+    at_least = ">= " if f["slowest_censored"] else ""
+    log(f"measured {f['seconds_per_slice']:.2f} s per slice on {f['sampled_slices']} slices ({f['seconds_min']:.2f} "
+        f"to {f['seconds_max']:.2f} s, median {f['seconds_median']:.2f} s"
+        + (f"; {f['censored_slices']} stopped at the budget, counted at their time so far" if f['censored_slices']
+           else "") + f") -> {f['core_hours']:.2f} core-hours (two standard errors: {f['core_hours_low']:.2f} to "
+        f"{f['core_hours_high']:.2f}; a larger --sample narrows it)")
+    log(f"slowest slice: {f['slowest_slice']}, {at_least}{f['seconds_max']:.1f} s (the critical path: no build "
+        "finishes sooner)")
+    log(f"wall time on {f['cores']} cores: {_duration(f['wall_hours'] * 3600)} (core-seconds / cores + the slowest "
+        f"slice + the merge, {_duration(f['merge_seconds'])} on the client)")
+    log(f"staging store: {_megabytes(f['staging_bytes'])} on the client's disk (zstd float64; "
+        f"{_megabytes(f['raw_bytes'])} raw); published table: {_megabytes(f['published_bytes'])} (an upper "
+        "estimate: compressed slice by slice, the table compresses whole rows)")
+    log(f"client memory during the publish: about {_megabytes(f['client_bytes'])} (one float32 row of "
+        f"{_megabytes(f['row_bytes'])} and the codecs' copies of it, whatever the number of rows)")
+
+
+def _megabytes(size: float) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else \
+        f"{seconds:.1f} s"
+
+
+def _pick_label(spec: Spec, pick: tuple[int, int]) -> str:
+    r, e = pick
+    return f"{spec.rows[r].label} eps0 {spec.eps0[e]:g} ({spec.n.size} curves)"
+
+
+def _time_in_pool(spec: Spec, picks: list[tuple[int, int]], processes: int,
+                  budget: float) -> Iterator[tuple[tuple[int, int], float, SliceResult | None]]:
+    """(pick, seconds, result) of each sampled slice run on ``processes`` fresh processes, as they
+    finish; at ``budget`` seconds those still running come with their time so far and no result,
+    and the pool is stopped."""
+    import multiprocessing
+
+    queue = list(picks)
+    deadline = time.monotonic() + budget
+    pool = multiprocessing.get_context("spawn").Pool(max(1, min(processes, len(picks))))
+    running: dict[tuple[int, int], tuple[Any, float]] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < pool._processes and time.monotonic() < deadline:  # noqa: SLF001
+                pick = queue.pop(0)
+                running[pick] = (pool.apply_async(compute_slice, (task(spec, *pick),)), time.monotonic())
+            ready = [pick for pick, (job, _) in running.items() if job.ready()]
+            for pick in ready:
+                job, _ = running.pop(pick)
+                result = job.get()
+                yield pick, result.seconds, result
+            if time.monotonic() >= deadline:
+                for pick, (_, started) in running.items():
+                    yield pick, time.monotonic() - started, None
+                return
+            if not ready:
+                time.sleep(0.05)
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _sizes(spec: Spec, staging: Path, timed: set[tuple[int, int]]) -> dict[str, float]:
+    """Staging and published bytes, merge seconds and the client's publish memory, from the
+    timed slices kept in ``staging``: each slice read back, rounded and encoded with the
+    published store's codecs (``store.encoded_bytes``), scaled to every slice of the spec."""
+    row_bytes = 4 * math.prod(spec.shape[1:])
+    sizes = {"staging_bytes": 0.0, "published_bytes": 0.0, "merge_seconds": 0.0, "row_bytes": float(row_bytes),
+             "client_bytes": float(CLIENT_BASE_BYTES + CLIENT_ROW_COPIES * row_bytes)}
+    if not timed:
+        return sizes
+    read = store.slice_reader(staging)
+    staged = published = seconds = 0.0
+    for r, e in timed:
+        for name in store.VARIABLES:
+            chunk = staging / store.CELLS / name / "c" / str(r) / str(e)
+            staged += sum(f.stat().st_size for f in chunk.rglob("*") if f.is_file())
+            start = time.perf_counter()
+            published += store.encoded_bytes(read(name, r, e), store.CERTIFIED_ROUNDING[name])
+            seconds += time.perf_counter() - start
+    scale = spec.slice_count / len(timed)
+    sizes.update(staging_bytes=staged * scale, published_bytes=published * scale,
+                 merge_seconds=MERGE_OVERHEAD * seconds * scale)
+    return sizes
 
 
 def _strata(spec: Spec, done: set[tuple[int, int]], sample: int,
@@ -618,13 +731,3 @@ def _latin(sizes: tuple[int, ...], sample: int, rng: random.Random) -> list[tupl
     order = [rng.sample(range(sample), sample) for _ in sizes]
     return [tuple(int((order[a][i] + rng.random()) * size / sample) for a, size in enumerate(sizes))
             for i in range(sample)]
-
-
-def _time_logged(spec: Spec, staging: Path, r: int, e: int, log: Callable[[str], None]) -> float:
-    """Wall seconds of slice (``r``, ``e``) as a worker runs it (its engine calls and its write to
-    the staging store), logged as it finishes (a sampled slice of a fine spec takes minutes)."""
-    start = time.perf_counter()
-    accept(staging, compute_slice(task(spec, r, e)))
-    seconds = time.perf_counter() - start
-    log(f"  timed {spec.rows[r].label} eps0 {spec.eps0[e]:g} ({spec.n.size} curves): {seconds:.2f} s")
-    return seconds

@@ -335,6 +335,22 @@ def _encoding(var: Any, compacted: bool) -> dict[str, Any]:
     return {"dtype": "float32", "filters": filters, "compressors": [blosc, Crc32cCodec()], "chunks": chunks}
 
 
+def encoded_bytes(values: np.ndarray, up: bool, bits: int = MANTISSA_BITS) -> int:
+    """Bytes of ``values`` (n, delta) stored as one chunk of a compact variable (``round_float32``,
+    ``_encoding``'s codecs), encoded in memory."""
+    import xarray as xr
+    import zarr
+
+    var = xr.Variable(("mechanism", "eps0", "n", "delta"), round_float32(values, up, bits)[None, None])
+    encoding = _encoding(var, compacted=True)
+    files: dict[str, Any] = {}
+    array = zarr.create_array(zarr.storage.MemoryStore(files), shape=var.shape, chunks=encoding["chunks"],
+                              dtype="float32", fill_value=np.nan, filters=encoding["filters"],
+                              compressors=encoding["compressors"])
+    array[...] = var.values
+    return sum(len(data) for key, data in files.items() if key.startswith("c/"))
+
+
 def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
             bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
     """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,

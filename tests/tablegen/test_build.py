@@ -316,6 +316,25 @@ def test_dry_run_sample_covers_every_stratum_and_reports_a_range() -> None:
     assert figures["curves"] == 3 * 2 * 2
     assert figures["core_hours_low"] <= figures["core_hours"] <= figures["core_hours_high"]
     assert 0 < figures["seconds_min"] <= figures["seconds_per_slice"] <= figures["seconds_max"]
+    # the sizes: a float64 staging chunk compressed, a published float32 one smaller still; the wall
+    # time at least the slowest slice (the critical path) plus the merge; the client holds a row
+    assert 0 < figures["published_bytes"] < figures["staging_bytes"] < 2 * figures["raw_bytes"]
+    assert figures["wall_hours"] * 3600 >= figures["seconds_max"] + figures["merge_seconds"] > figures["seconds_max"]
+    assert figures["row_bytes"] == 4 * 2 * 2 * 2 and figures["client_bytes"] >= figures["row_bytes"]
+    assert figures["slowest_slice"].endswith("(2 curves)") and not figures["slowest_censored"]
+
+
+def test_dry_run_stops_at_its_budget_and_says_so(spec_path: Path) -> None:
+    """A slice still running at the budget counts at its time so far (flagged as a lower bound)."""
+    slow = spec_path.read_text().replace("resolution = 4\n", "resolution = 400\n")
+    spec_path.write_text(slow)
+    lines: list[str] = []
+    start = time.monotonic()
+    figures = dry_run(load_spec(spec_path), None, sample=2, cores=1, log=lines.append, budget=1.0, processes=1)
+    assert time.monotonic() - start < 30
+    assert figures["censored_slices"] == 1 and figures["slowest_censored"] and figures["seconds_max"] >= 0.5
+    assert any(line.startswith("  timed ") and ": >= " in line for line in lines)
+    assert any("1 stopped at the budget" in line for line in lines)
 
 
 def test_dry_run_samples_the_slices_with_lower_bounds_apart(tmp_path: Path) -> None:
