@@ -423,7 +423,8 @@ def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
 @main.command()
 @click.option("--spec", "spec_path", required=True, help="grid spec, e.g. workflows/default.toml")
 @click.option("--out", required=True, help="table to write, e.g. data/default.zarr")
-@click.option("--scheduler", default=None, help="tcp://HOST:PORT of a dask scheduler (default: a local cluster)")
+@click.option("--scheduler", default=None, help="tcp://HOST:PORT of a dask scheduler (default: a local cluster); "
+              "workers need only shuffle-eps installed (docs/cluster.md)")
 @click.option("--workers", type=int, default=None, help="local cluster worker processes (default: all cores; "
               "0: compute in this process without dask)")
 @click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
@@ -431,10 +432,12 @@ def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
 @click.option("--dry-run", is_flag=True, help="print cells, estimated core-hours and store size; write nothing")
 @click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: slices to time")
 @click.option("--cores", type=int, default=100, show_default=True, help="--dry-run: cores to size the wall time for")
+@click.option("--budget", type=float, default=90.0, show_default=True,
+              help="--dry-run: seconds spent timing the sample (on --workers local processes, default all cores)")
 @click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
 @click.option("--sign-key", default=None, help="Ed25519 private key (PEM) to sign the published table with")
 def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, fresh: bool, no_progress: bool,
-          dry_run: bool, sample: int, cores: int, as_json: bool, sign_key: str | None) -> None:
+          dry_run: bool, sample: int, cores: int, budget: float, as_json: bool, sign_key: str | None) -> None:
     """Fill a zarr table of certified eps over a grid spec (resumable; published atomically)."""
     from tablegen import build as builder
     from tablegen.spec import load_spec
@@ -442,12 +445,14 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
     try:
         if workers is not None and workers < 0:
             raise ValueError(f"--workers must be >= 0, got {workers}")
-        if dry_run and (sample < 1 or cores < 1):
-            raise ValueError(f"--sample and --cores must be >= 1, got --sample {sample} --cores {cores}")
+        if dry_run and (sample < 1 or cores < 1 or not budget > 0):
+            raise ValueError(f"--sample and --cores must be >= 1 and --budget > 0, got --sample {sample} --cores "
+                             f"{cores} --budget {budget:g}")
         spec = load_spec(spec_path)
         if dry_run:
             log = (lambda _: None) if as_json else click.echo
-            figures = builder.dry_run(spec, out, sample=sample, cores=cores, log=log)
+            figures = builder.dry_run(spec, out, sample=sample, cores=cores, log=log, budget=budget,
+                                      processes=workers or None)
             if as_json:
                 click.echo(json.dumps(figures))
             return
@@ -455,6 +460,9 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
                       log=click.echo, sign_key=sign_key)
     except ValueError as exc:
         _fail(exc)
+    except builder.BuildFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except builder.BuildInterrupted as stop:
         click.echo(f"error: {stop}", err=True)
         sys.exit(128 + stop.signum)  # the shell's convention for a process stopped by a signal
