@@ -303,3 +303,12 @@ def test_registry_lists_each_mechanisms_parameters(monkeypatch: pytest.MonkeyPat
     rows = registry({"mechanisms": ["generic", "krr k=3", "krr k=10", "joint base=krr k=3 parts=2"]})
     assert {m: [p["name"] for p in ps] for m, ps in rows.items()} == {
         "generic": [], "krr": ["k"], "joint": ["base", "k", "parts"]}
+
+
+def test_the_page_files_ship_in_the_distributions() -> None:
+    """Every file of lookup/static is named by an ``include`` of MANIFEST.in (the sdist and wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    included = {path for line in (root / "MANIFEST.in").read_text().splitlines() if line.startswith("include ")
+                for pattern in line.split()[1:] for path in root.glob(pattern)}
+    static = set((root / "lookup" / "static").iterdir())
+    assert static and static <= included
