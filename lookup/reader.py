@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from lookup import codecs as decoders
 from lookup.table import MANIFEST, UNLISTED, TableError, parse_manifest
 
 NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -322,21 +323,13 @@ class StoreArray:
                 if len(data) < 4 or crc32c(data[:-4]) != int.from_bytes(data[-4:], "little"):
                     raise ValueError("crc32c checksum mismatch")
                 data = data[:-4]
-            elif name == "blosc":
-                from numcodecs import blosc
-
-                data = blosc.decompress(data)
-            else:
-                from numcodecs import zstd
-
-                data = zstd.decompress(data)
+            else:  # blosc or zstd (the modules without numcodecs' package __init__: lookup/codecs.py)
+                data = decoders.module(name).decompress(data)
         encoded = [self.chunks[i] for i in self.order] if self.order else list(self.chunks)
         if self.dtype.kind == "O":
-            from numcodecs.vlen import VLenUTF8
-
             if len(data) < 4 or int.from_bytes(data[:4], "little") != math.prod(self.chunks):
                 raise ValueError(f"a vlen-utf8 chunk declaring other than {math.prod(self.chunks)} items")
-            values = VLenUTF8().decode(data).reshape(encoded)
+            values = decoders.module("vlen").VLenUTF8().decode(data).reshape(encoded)
         else:
             values = np.frombuffer(data, dtype=self.stored).reshape(encoded).astype(self.dtype, copy=False)
         return values.transpose(np.argsort(self.order)) if self.order else values
