@@ -30,9 +30,11 @@ SECTIONS: dict[str, tuple[str, str]] = {
     # written beside this consolidation (issue 28), each a module with main(argv=None)
     "subsample": ("bench.subsample_bench", "amplification by subsampling (bench/subsample_bench.py)"),
     "rdp": ("bench.rdp_bench", "Renyi-DP accounting (bench/rdp_bench.py)"),
+    "service": ("bench.service_bench", "the HTTP service under load: 32 clients, mixed questions, slow clients "
+                "(bench/service_bench.py, --load)"),
 }
 # sections whose main only prints: the dispatcher records what they print as one block, SECTION/all
-PRINT_ONLY = {"subsample", "rdp"}
+PRINT_ONLY = {"subsample", "rdp", "service"}
 
 
 def main(argv: list[str] | None = None) -> int:

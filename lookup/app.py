@@ -146,19 +146,24 @@ class Refiner:
         name = ENDPOINT_VALUE[kind]
         return refined if better(refined[name], body[name]) else body
 
-    def from_slice(self, mechanism: str, kwargs: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-        """``body`` read from the slice at the query's eps0 where one is kept and better."""
+    def from_slice(self, mechanism: str, kwargs: dict[str, Any], body: dict[str, Any] | None) -> Any:
+        """``body`` (the table's answer; None: the table has none) read from the slice at the
+        query's eps0 where one is kept and better; the slice started where none is kept and eps0
+        is inside the table's range."""
         params = {k: v for k, v in kwargs.items() if k in HELP}
         key = json.dumps(["slice", self.prefix, mechanism, canonical(params), kwargs["eps0"]])
         found = self.slices.get(key) if self.settings.slice_cache else None
         if found is None:
-            if self.settings.slice_cache:
+            if self.settings.slice_cache and self.table.eps0[0] <= kwargs["eps0"] <= self.table.eps0[-1]:
                 self.start_slice(key, mechanism, params, kwargs["eps0"])
             return body
         read = found.answer(kwargs["n"], kwargs["delta"])
-        if read is None or read[0] >= body["eps"]:
+        if read is None or (body is not None and read[0] >= body["eps"]):
             return body
         value, slack, corner = read
+        if body is None:
+            return {"eps": value, "eps_lower": None, "certified": True, "source": "slice", "corner": corner,
+                    "slack": slack, "edge": False}
         self.check("eps", mechanism, kwargs, {"eps": value}, body.get("eps_lower"), "the table's lower bound",
                    upper_is_engine=True)
         return {**body, "eps": value, "source": "slice", "corner": corner, "slack": slack, "edge": False}
@@ -301,6 +306,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 raise
             validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # 400 before admission
                      {k: v for k, v in kwargs.items() if k not in HELP})
+            sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" else None
+            if sliced is not None:  # e.g. OLH with its default g between grid eps0: the slice at eps0
+                return respond(200, sliced, {"Cache-Control": "no-cache"}), "slice"
+            bound = _generic_bound(kind, mechanism, kwargs, table)
+            if bound is not None:
+                body = await refiner.improve(kind, mechanism, kwargs, max_slack, bound)
+                return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
             body = await live.result(refiner.key(kind, mechanism, kwargs, max_slack), "answer", settings.live_timeout,
                                      _worker_answer, kind, mechanism, kwargs, max_slack)
             return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
@@ -356,13 +368,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return respond(200, openapi()), "info"
         if path == "/healthz":
             ok = live.pool is not None
-            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping",
+            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "workers_ready": live.ready(),
                                                 "live_queue": live.admitted["answer"],
                                                 "queue_limit": settings.queue}), "health"
         return Response(metrics.text(live, refiner.slices), 200, media_type="text/plain; version=0.0.4"), "metrics"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
+        _warm(table)
         live.start()
         try:
             yield
@@ -439,7 +452,8 @@ def openapi() -> dict[str, Any]:
             value: {"type": "number"}, **({lower: NULLABLE} if lower else {}), "certified": {"type": "boolean"},
             "source": {"type": "string", "enum": ["table", "slice", "certified estimate", "live"]},
             "corner": {"type": "object", "additionalProperties": NULLABLE}, "slack": NULLABLE,
-            "edge": {"type": "boolean"}, "refined": {"type": "boolean"}}}
+            "edge": {"type": "boolean"}, "refined": {"type": "boolean"},
+            "via": {"type": "string", "enum": ["generic"]}}}
         responses = {"200": json_body(answer, "certified answer (JSON as `lookup ... --json`; \"refined\": false: "
                                       "the table's, its refinement not ready)"),
                      "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
@@ -504,6 +518,32 @@ def _source(body: dict[str, Any]) -> str:
     if isinstance(source, str):
         return "refined" if source == "certified estimate" else source
     return "live"
+
+
+def _warm(table: Table) -> None:
+    """Every row of the table read and checked now, before the first connection (lookup.table
+    reads a row when it is first used: 0.1-0.3 s that would block the event loop mid-traffic)."""
+    for surface in (table.upper, table.lower):
+        for r in range(len(table.families) if hasattr(surface, "row") else 0):
+            surface.row(r)
+
+
+PURE_LDP = {"krr", "olh", "blh", "rappor", "oue", "hr", "laplace"}  # eps0-LDP randomizers (no delta0)
+
+
+def _generic_bound(kind: str, mechanism: str, kwargs: dict[str, Any], table: Table) -> dict[str, Any] | None:
+    """The table's answer for the generic row (every eps0-LDP randomizer: the standard clone of
+    arXiv:2012.12803, Theorem 3.2) for a pure eps0-LDP ``mechanism`` whose own row cannot answer
+    (OLH with its default g between grid eps0): certified for it too, looser; None where the
+    table has no such answer.  Labelled ``"via": "generic"``."""
+    if mechanism not in PURE_LDP:
+        return None
+    numbers = {k: v for k, v in kwargs.items() if k not in HELP}
+    try:
+        answer = getattr(lookup, kind)("generic", table=table, live=False, max_slack=None, **numbers)
+    except TableError:
+        return None
+    return {**json_ready(kind, answer), "slack": None, "via": "generic"}
 
 
 def _loose(body: dict[str, Any], max_slack: float | None) -> bool:

@@ -26,6 +26,8 @@ from typing import Any
 from lookup.table import Table, open_table
 
 _WORKER_TABLE: Table | None = None
+NICE = 10  # added to a worker's niceness
+THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one core per worker
 
 
 class Busy(Exception):
@@ -33,8 +35,11 @@ class Busy(Exception):
 
 
 def worker_start(table: str | None, memory_mb: int) -> None:
-    """A worker process: address-space limit, the table opened once."""
+    """A worker process: a lower CPU priority than the server's event loop (``NICE``: table
+    answers and refusals never wait behind an engine computation for the CPU), an address-space
+    limit, the table opened once."""
     global _WORKER_TABLE
+    os.nice(NICE)
     if memory_mb:
         import resource
 
@@ -60,6 +65,7 @@ class Pool:
         self.workers, self.queue, self.background, self.cache_size = workers, queue, background, cache_size
         self.table, self.memory_mb = table, memory_mb
         self.pool: Any = None
+        self.started: list[Any] = []
         self.admitted = {"answer": 0, "background": 0}
         self.cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self.inflight: dict[str, asyncio.Future[Any]] = {}
@@ -70,10 +76,16 @@ class Pool:
 
         from pebble import ProcessPool
 
+        for name, value in THREADS.items():  # read by numpy's libraries when a (spawned) worker imports them
+            os.environ.setdefault(name, value)
         self.pool = ProcessPool(self.workers, initializer=worker_start, initargs=(self.table, self.memory_mb),
                                 context=multiprocessing.get_context("spawn"))
-        for _ in range(self.workers):  # start the workers now, not on the first live query
-            self.pool.schedule(_ready)
+        # start the workers now, not on the first live query
+        self.started = [self.pool.schedule(_ready) for _ in range(self.workers)]
+
+    def ready(self) -> bool:
+        """Whether the workers have started (each answered a first task)."""
+        return self.pool is not None and all(f.done() for f in self.started)
 
     def stop(self) -> None:
         if self.pool is not None:

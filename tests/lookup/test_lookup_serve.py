@@ -195,8 +195,14 @@ def test_openapi_describes_every_endpoint_and_its_parameters(base: str) -> None:
     assert status == 200 and schema["openapi"].startswith("3.")
     assert set(schema["paths"]) == {"/v1/eps", "/v1/delta", "/v1/eps0-max", "/v1/info", "/healthz", "/metrics",
                                     "/openapi.json"}
-    eps = {p["name"]: p["required"] for p in schema["paths"]["/v1/eps"]["get"]["parameters"]}
-    assert all(eps[name] for name in ("mechanism", "eps0", "n", "delta")) and eps["k"] is False
-    for path in ("/v1/eps", "/v1/delta", "/v1/eps0-max"):  # every documented query parameter is accepted
-        names = [p["name"] for p in schema["paths"][path]["get"]["parameters"]]
-        assert len(names) == len(set(names))
+    for path, numbers in (("/v1/eps", {"eps0", "n", "delta"}), ("/v1/delta", {"eps0", "n", "eps"}),
+                          ("/v1/eps0-max", {"eps", "n", "delta"})):
+        operation = schema["paths"][path]["get"]
+        query = operation["parameters"][0]
+        assert query["in"] == "query" and query["style"] == "form" and query["explode"]
+        krr = next(b for b in query["schema"]["oneOf"] if b["properties"]["mechanism"]["const"] == "krr")
+        assert set(krr["required"]) == {"mechanism", "k", *numbers} and krr["properties"]["k"]["type"] == "integer"
+        assert krr["properties"]["live"]["type"] == "boolean" and not krr["additionalProperties"]
+        for status in ("200", "400", "405", "413", "414", "503"):
+            assert "application/json" in operation["responses"][status]["content"]
+        assert "Retry-After" in operation["responses"]["503"]["headers"]
