@@ -20,6 +20,11 @@ file is checked against it before its bytes are used (the files a query reads, n
 store); the store must hold exactly the files it lists.  A mismatch refuses the table, at open
 or when the row that reads the file is first used.  A device file (``lookup.device``, one
 mechanism family, checked by its own SHA-256) is accepted wherever a table path is.
+
+Provenance (``lookup.trust``, docs/trust.md): an intact table is answered from only if it was
+shipped, built here, signed by a trusted key or fully verified here (``Table.provenance``); any
+other is refused, or opened on request (``open_table(path, verified=False)``) with
+``Table.certified`` False.
 """
 
 from __future__ import annotations
@@ -158,7 +163,10 @@ def _vouched(table: Table, verified: bool) -> Table:
     from lookup import trust
 
     if not table.vouched or (verified and not table.certified) or table.digest in trust.refuted():
-        trust.vouch(table, table.digest, verified)
+        if verified:
+            trust.vouch(table, table.digest)
+        else:
+            trust.vouch(table, table.digest, verified=False)
         table.vouched = True
     return table
 
