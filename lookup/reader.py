@@ -315,15 +315,15 @@ class StoreArray:
         """The chunk encoded in ``data``: the codecs undone in reverse order, each decompression
         only once the size it declares is the size expected (``declared_size``)."""
         expected = math.prod(self.chunks) * self.stored.itemsize if self.dtype.kind != "O" else None
-        for stage, name in enumerate(reversed(self.compressors)):
-            if name != "crc32c":
-                last = all(c == "crc32c" for c in list(reversed(self.compressors))[stage + 1:])
-                check_declared_size(self.name, name, data, expected if last else None)
+        chain = list(reversed(self.compressors))
+        for stage, name in enumerate(chain):
             if name == "crc32c":
                 if len(data) < 4 or crc32c(data[:-4]) != int.from_bytes(data[-4:], "little"):
                     raise ValueError("crc32c checksum mismatch")
                 data = data[:-4]
             else:  # blosc or zstd (the modules without numcodecs' package __init__: lookup/codecs.py)
+                innermost = all(c == "crc32c" for c in chain[stage + 1:])  # decompressed: the chunk's bytes
+                check_declared_size(self.name, name, data, expected if innermost else None)
                 data = decoders.module(name).decompress(data)
         encoded = [self.chunks[i] for i in self.order] if self.order else list(self.chunks)
         if self.dtype.kind == "O":
