@@ -110,7 +110,7 @@ def test_malformed_device_header_with_a_matching_checksum_is_refused(table_path:
 
 def test_device_axis_edited_with_a_matching_checksum_is_refused(table_path: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """eps0 2.0 relabelled 2.5 (answers for 2.5 would be those of 2.0): spot certification refuses."""
+    """eps0 2.0 relabelled 2.5 (answers for 2.5 would be those of 2.0): the spot checks refuse it."""
     monkeypatch.setattr(trust, "vouch", REAL_VOUCH)
     device = tmp_path / "krr.dev"
     export_device(device, "krr", {}, str(table_path))

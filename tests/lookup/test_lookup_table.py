@@ -85,12 +85,12 @@ def test_a_tampered_chunk_listed_in_a_rewritten_manifest_is_refused_when_its_row
     copy = _copy(table_path, tmp_path / "rewritten.zarr")
     _flip_last_byte(copy / "eps" / "c" / "1" / "0" / "0" / "0")  # row 1: generic
     write_manifest(copy)
-    trusted = open_store(copy, _load_table, "")  # as open_table reads it, before the spot certification
+    trusted = open_store(copy, _load_table, "")  # as open_table reads it, before its provenance and spot checks
     assert _query(trusted) == _query(table_path)  # row 0 answers: its chunks are intact
     with pytest.raises(lookup.TableError, match=r"refused, eps/c/1/0/0/0 cannot be read .*crc32c"):
         _query(trusted, "generic")
     with pytest.raises(lookup.TableError, match=r"refused, eps/c/1/0/0/0 cannot be read .*crc32c"):
-        _query(copy)  # open_table: a table not pinned is spot-certified on every row at first use
+        _query(copy)  # open_table: a table not pinned is spot-checked at every open (every cell of a small one)
 
 
 def test_rows_read_later_come_from_the_table_opened(table_path: Path, tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ def test_spot_checks_draw_every_cell_of_a_small_table_and_random_cells_of_a_larg
 
 def test_shipped_tables_are_pinned() -> None:
     """The pin in lookup/trust.py names the shipped table: republishing data/default.zarr without
-    updating it would make every user spot-certify it on first use."""
+    updating it would refuse it for every user (nothing else vouches for it)."""
     digest = trust.listing_digest(read_manifest(ROOT / "data" / "default.zarr"))
     assert trust.PINNED.get(digest) == "default.zarr"
 
