@@ -395,3 +395,28 @@ def test_bombs_are_refused_in_under_a_second_and_200_mb(tmp_path: Path, cache: P
     seconds, peak = _bounded(lambda: verify(out))
     problems = verify(out)
     assert problems and "Traceback" not in problems[0] and seconds < 2.0 and peak < 200
+
+
+def test_a_device_file_with_every_value_halved_is_refused(tmp_path: Path, cache: Path) -> None:
+    """Exported here (recorded as built), then every value halved and the checksum recomputed:
+    intact by its SHA-256, but nothing vouches for the new digest."""
+    import struct
+
+    from lookup.device import DeviceFileError, encode, read_device
+    from tablegen.export import export_device
+
+    device = tmp_path / "krr2.dev"
+    export_device(device, KRR[0], KRR[1], str(SHIPPED), eps0=[1.0], n_min=1e3, n_max=1e5, delta=[1e-6])
+    genuine = read_device(str(device))
+    assert genuine.provenance == "built" and genuine.certified
+    answer = genuine.eps(KRR[1], 1.0, 10**4, 1e-6)
+    data = device.read_bytes()
+    (length,) = struct.unpack_from("<I", data, 8)
+    values = np.frombuffer(data[12 + length:], dtype="<f4")
+    device.write_bytes(encode(json.loads(data[12:12 + length]), (values * np.float32(0.5)).astype("<f4").tobytes()))
+    with pytest.raises(DeviceFileError, match="nothing vouches"):
+        read_device(str(device))
+    with pytest.raises(TableError, match="nothing vouches"):
+        lookup.open_table(device)
+    forged = read_device(str(device), verified=False)
+    assert not forged.certified and forged.eps(KRR[1], 1.0, 10**4, 1e-6) == pytest.approx(answer / 2, rel=1e-6)
