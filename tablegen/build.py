@@ -54,8 +54,8 @@ DRY_RUN_BUDGET = 90.0  # seconds a dry run spends timing its sample (the full sp
 # the client's publish: peak RSS = CLIENT_BASE_BYTES + CLIENT_ROW_COPIES x one float32 row (python -m bench table
 # --only publish, docs/cluster.md); its time = MERGE_OVERHEAD x reading, rounding and encoding every slice (the
 # manifest's hashing and the verification's decoding of every chunk come on top)
-CLIENT_BASE_BYTES = 250e6
-CLIENT_ROW_COPIES = 4
+CLIENT_BASE_BYTES = 300e6  # the publishing process with its modules (one row of 32 MB: 302 MiB)
+CLIENT_ROW_COPIES = 8  # rows of 32 MB: 556 MiB at 16 rows, 474 MiB at 31 (2026-11-26, shared 2-core machine)
 MERGE_OVERHEAD = 2.0
 # the code a slice's values depend on, digested into every result's provenance (relative to tablegen/)
 ENGINE_CODE = ("__init__.py", "engine", "mechanisms", "protocols", "decomposition.py", "limits.py", "validate.py")
@@ -571,7 +571,8 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     done = store.finished(store.staging_path(out), spec.n.size) if out else set()
     left = spec.slice_count - len(done)
     strata = _strata(spec, done, sample, seed)
-    picks = [pick for _, stratum in strata for pick in stratum]
+    # the strata's picks taken in turn, so a budget that stops the sample leaves no stratum untimed
+    picks = [p for turn in itertools.zip_longest(*(stratum for _, stratum in strata)) for p in turn if p is not None]
     log(f"{spec.source}: {math.prod(spec.shape)} cells in {spec.slice_count} slices of {spec.n.size} curves "
         f"({len(spec.rows)} mechanisms x {spec.eps0.size} eps0 x {spec.n.size} n x {spec.delta.size} delta); "
         f"{left} to compute; timing {len(picks)} sampled slices on {processes or len(_usable_cores())} local "
@@ -587,6 +588,9 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
         sizes = _sizes(spec, staging, store.finished(staging, spec.n.size))
     per_stratum = [[timed[p][0] for p in stratum if p in timed] for _, stratum in strata]
     seconds = [t for times in per_stratum for t in times]
+    if any(not times for times in per_stratum):
+        log("  a stratum (slices with or without lower bounds) has no slice timed within the budget: its slices "
+            "count at the others' mean; raise --budget")
     if not seconds:
         raise BuildFailed(f"no sampled slice started within --budget {budget:g} s")
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
@@ -628,8 +632,8 @@ def _log_figures(f: dict[str, Any], log: Callable[[str], None]) -> None:
     log(f"wall time on {f['cores']} cores: {_duration(f['wall_hours'] * 3600)} (core-seconds / cores + the slowest "
         f"slice + the merge, {_duration(f['merge_seconds'])} on the client)")
     log(f"staging store: {_megabytes(f['staging_bytes'])} on the client's disk (zstd float64; "
-        f"{_megabytes(f['raw_bytes'])} raw); published table: {_megabytes(f['published_bytes'])} (an upper "
-        "estimate: compressed slice by slice, the table compresses whole rows)")
+        f"{_megabytes(f['raw_bytes'])} raw); published table: {_megabytes(f['published_bytes'])} (the sampled "
+        "slices compressed side by side; a row of neighbouring eps0 compresses better)")
     log(f"client memory during the publish: about {_megabytes(f['client_bytes'])} (one float32 row of "
         f"{_megabytes(f['row_bytes'])} and the codecs' copies of it, whatever the number of rows)")
 
@@ -682,7 +686,7 @@ def _time_in_pool(spec: Spec, picks: list[tuple[int, int]], processes: int,
 
 def _sizes(spec: Spec, staging: Path, timed: set[tuple[int, int]]) -> dict[str, float]:
     """Staging and published bytes, merge seconds and the client's publish memory, from the
-    timed slices kept in ``staging``: each slice read back, rounded and encoded with the
+    timed slices kept in ``staging``: read back, rounded and encoded side by side with the
     published store's codecs (``store.encoded_bytes``), scaled to every slice of the spec."""
     row_bytes = 4 * math.prod(spec.shape[1:])
     sizes = {"staging_bytes": 0.0, "published_bytes": 0.0, "merge_seconds": 0.0, "row_bytes": float(row_bytes),
@@ -691,13 +695,13 @@ def _sizes(spec: Spec, staging: Path, timed: set[tuple[int, int]]) -> dict[str, 
         return sizes
     read = store.slice_reader(staging)
     staged = published = seconds = 0.0
-    for r, e in timed:
-        for name in store.VARIABLES:
-            chunk = staging / store.CELLS / name / "c" / str(r) / str(e)
-            staged += sum(f.stat().st_size for f in chunk.rglob("*") if f.is_file())
-            start = time.perf_counter()
-            published += store.encoded_bytes(read(name, r, e), store.CERTIFIED_ROUNDING[name])
-            seconds += time.perf_counter() - start
+    for name in store.VARIABLES:
+        chunks = [staging / store.CELLS / name / "c" / str(r) / str(e) for r, e in timed]
+        staged += sum(f.stat().st_size for chunk in chunks for f in chunk.rglob("*") if f.is_file())
+        start = time.perf_counter()  # the timed slices side by side, as in a row of the table
+        published += store.encoded_bytes(np.stack([read(name, r, e) for r, e in sorted(timed)]),
+                                         store.CERTIFIED_ROUNDING[name])
+        seconds += time.perf_counter() - start
     scale = spec.slice_count / len(timed)
     sizes.update(staging_bytes=staged * scale, published_bytes=published * scale,
                  merge_seconds=MERGE_OVERHEAD * seconds * scale)

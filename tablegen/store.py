@@ -336,12 +336,12 @@ def _encoding(var: Any, compacted: bool) -> dict[str, Any]:
 
 
 def encoded_bytes(values: np.ndarray, up: bool, bits: int = MANTISSA_BITS) -> int:
-    """Bytes of ``values`` (n, delta) stored as one chunk of a compact variable (``round_float32``,
-    ``_encoding``'s codecs), encoded in memory."""
+    """Bytes of ``values`` (eps0, n, delta) stored as one row chunk of a compact variable
+    (``round_float32``, ``_encoding``'s codecs), encoded in memory."""
     import xarray as xr
     import zarr
 
-    var = xr.Variable(("mechanism", "eps0", "n", "delta"), round_float32(values, up, bits)[None, None])
+    var = xr.Variable(("mechanism", "eps0", "n", "delta"), round_float32(values, up, bits)[None])
     encoding = _encoding(var, compacted=True)
     files: dict[str, Any] = {}
     array = zarr.create_array(zarr.storage.MemoryStore(files), shape=var.shape, chunks=encoding["chunks"],
