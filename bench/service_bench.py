@@ -246,7 +246,9 @@ async def slow_clients(address: str, probes: int) -> tuple[Counter, list[float],
     for reader, writer in [*silent, *trickling]:
         try:
             closed += await asyncio.wait_for(reader.read(100), 0.5) == b""
-        except (TimeoutError, ConnectionError):
+        except ConnectionError:  # reset: closed by the server while the client still wrote
+            closed += 1
+        except TimeoutError:
             pass
         writer.close()
     conn.close()

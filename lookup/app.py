@@ -51,6 +51,9 @@ from lookup.table import Table, TableError, open_table
 
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
 MAX_URL = 2048
+# the engine's arithmetic at eps0 near 1e-12 and below loses e^eps0 - 1 (eps0 = 1e-30, n = 1 answered
+# 1e-39, below the exact eps0): live questions below this are refused
+EPS0_MIN_LIVE = 1e-6
 ENDPOINTS = {
     "/v1/eps": ("eps", ("eps0", "n", "delta")),
     "/v1/delta": ("delta", ("eps0", "n", "eps")),
@@ -125,12 +128,14 @@ class Refiner:
 
     async def improve(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
                       body: dict[str, Any]) -> dict[str, Any]:
-        if kind == "eps":
+        key = self.key(kind, mechanism, kwargs, max_slack)
+        refined = self.pool.cached(key)
+        if kind == "eps" and refined is None:
             body = self.from_slice(mechanism, kwargs, body)
             if not _loose(body, max_slack):
                 return body
-        key = self.key(kind, mechanism, kwargs, max_slack)
-        refined = self.pool.cached(key)
+            if self.slice_key(mechanism, kwargs) in self.pool.inflight:  # it will answer this eps0: no
+                return {**body, "refined": False}  # worker spent on a question unlikely to come again
         if refined is None:
             try:
                 future = self.pool.submit(key, "background", self.settings.live_timeout, _worker_answer, kind,
@@ -151,7 +156,7 @@ class Refiner:
         query's eps0 where one is kept and better; the slice started where none is kept and eps0
         is inside the table's range."""
         params = {k: v for k, v in kwargs.items() if k in HELP}
-        key = json.dumps(["slice", self.prefix, mechanism, canonical(params), kwargs["eps0"]])
+        key = self.slice_key(mechanism, kwargs)
         found = self.slices.get(key) if self.settings.slice_cache else None
         if found is None:
             if self.settings.slice_cache and self.table.eps0[0] <= kwargs["eps0"] <= self.table.eps0[-1]:
@@ -167,6 +172,10 @@ class Refiner:
         self.check("eps", mechanism, kwargs, {"eps": value}, body.get("eps_lower"), "the table's lower bound",
                    upper_is_engine=True)
         return {**body, "eps": value, "source": "slice", "corner": corner, "slack": slack, "edge": False}
+
+    def slice_key(self, mechanism: str, kwargs: dict[str, Any]) -> str:
+        params = {k: v for k, v in kwargs.items() if k in HELP}
+        return json.dumps(["slice", self.prefix, mechanism, canonical(params), kwargs["eps0"]])
 
     def start_slice(self, key: str, mechanism: str, params: dict[str, Any], eps0: float) -> None:
         """The slice ``key`` computed in a worker if a background place is free."""
@@ -504,6 +513,9 @@ def _mechanism_validator() -> Any:
     def validate(mechanism: str, params: dict[str, Any], numbers: dict[str, float]) -> None:
         if "eps0" in numbers:
             checked_eps0(numbers["eps0"])
+            if numbers["eps0"] < EPS0_MIN_LIVE:
+                raise ValueError(f"eps0 must be >= {EPS0_MIN_LIVE:g} for an answer off the table (the table answers "
+                                 f"a smaller eps0 inside its n and delta ranges), got eps0={numbers['eps0']!r}")
         checked_n(numbers["n"])
         if mechanism != "generic-closed-form":
             get_mechanism(mechanism).resolve(params)
