@@ -16,6 +16,8 @@
       "n and delta rounded down, the delta chord above the curve)",
     "certified estimate": "the table's answer refined by the engine: an estimate, then certified by an " +
       "exact evaluation",
+    "slice": "read from an eps0 slice: the engine's certified values at this exact eps0, computed once by " +
+      "the server and read with the table's conservative rules",
     "live": "computed now by the engine (outside the table's grid, or a mechanism the table does not hold)",
   };
   const SVG = "http://www.w3.org/2000/svg";
@@ -168,8 +170,10 @@
       : "an upper bound, never below the exact value of the analysis of " + mechanism +
         "; the lower bound (where known) is a value the exact one is not below";
     const note = body.certified ? "Certified: " + what + "." : "Not certified: this value carries no guarantee.";
+    const pending = body.refined === false ? " Not refined yet (refined: false): the table's certified answer with " +
+      "its slack, given at once while the server refines it; ask again in a moment for a tighter value." : "";
     document.getElementById("note").textContent = note + " Source " + body.source + ": " +
-      (SOURCES[body.source] || "composition of rounds") + ".";
+      (SOURCES[body.source] || "composition of rounds") + "." + pending;
     const link = document.getElementById("api-link");
     link.href = url;
     link.textContent = "/" + url;
@@ -211,7 +215,7 @@
           plot();
           return;
         }
-        s.points.push({n, eps: result.body.eps, lower: result.body.eps_lower});
+        s.points.push({n, eps: result.body.eps, lower: result.body.eps_lower, refined: result.body.refined !== false});
         progress.textContent = `${++done} of ${series.length * ns.length} answers`;
       }
       plot();
@@ -287,15 +291,19 @@
       root.append(svg("polyline", {class: "line", stroke: color,
         points: shownPoints.map((p) => `${x(p.n)},${y(p.eps)}`).join(" ")}));
       for (const p of shownPoints) {
-        root.append(svg("circle", {class: "point", fill: color, cx: x(p.n), cy: y(p.eps), r: 3, "data-eps0": s.eps0,
+        root.append(svg("circle", {class: p.refined ? "point" : "point unrefined", fill: p.refined ? color : "#fff",
+          stroke: color, cx: x(p.n), cy: y(p.eps), r: 3, "data-eps0": s.eps0, "data-refined": p.refined,
           "data-n": p.n, "data-eps": p.eps, "data-lower": p.lower === null ? "" : p.lower},
-        svg("title", {}, `eps0=${s.eps0}, n=${p.n}: eps=${p.eps}, lower=${shown(p.lower)}`)));
+        svg("title", {}, `eps0=${s.eps0}, n=${p.n}: eps=${p.eps}, lower=${shown(p.lower)}${p.refined ? "" : " (not refined yet)"}`)));
       }
       const swatch = el("span", {class: "swatch"});
       swatch.style.background = color;
       legend.append(el("li", {}, swatch, `eps0 = ${s.eps0}`));
     });
     legend.append(el("li", {}, el("span", {class: "swatch band-swatch"}), "band: lower bound to certified eps"));
+    if (points.some((p) => !p.refined)) {
+      legend.append(el("li", {}, el("span", {class: "hollow"}), "hollow: not refined yet (the table's answer; draw again)"));
+    }
     box.replaceChildren(root, legend);
   }
 
