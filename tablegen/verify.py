@@ -5,7 +5,10 @@ A (mechanism, eps0) slice is recomputed as the build computed it (``build.slice_
 and delta at once, at the table's recorded settings) and rounded as the store rounds, so with the
 engine that built the table, on the machine that built it, it equals the stored values bit for
 bit; elsewhere a different floating-point path may move a crossing of the engine's 1% eps ladder
-by one step, which is the tolerance (plus one quantum of the compact store).
+by one step, which is the tolerance (plus one quantum of the compact store) in the safe direction
+only: a stored eps may be above the recomputed certified one by that much, never below it, and a
+stored lower bound may be below the recomputed proved one, never above it (a value below what the
+engine certifies here is not certified by anything here, and ``--full`` makes it trusted).
 
 The stored values compared are read through ``lookup.table.open_table`` (each file checked
 against the manifest listing read in the same pass, within ``lookup.reader``'s limits), so
@@ -137,7 +140,8 @@ def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:
 
 def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str]:
     """Problems of slice (row ``r``, eps0 ``e``) of ``table`` (a ``lookup.table.Table``) against its
-    live recomputation (none: equal within ``RECOMPUTE_RTOL`` plus one quantum of the store)."""
+    live recomputation (none: equal within ``RECOMPUTE_RTOL`` plus one quantum of the store, in the
+    safe direction only: stored eps >= live eps, stored lower bound <= live lower bound)."""
     ns = [int(n) for n in table.n]
     task = Task((r, e), table.families[r], table.params[r], float(table.eps0[e]), tuple(ns), table.delta.tolist(),
                 tuple(wants_lower(settings, e, j, float(n)) for j, n in enumerate(ns)), settings["resolution"],
@@ -150,7 +154,8 @@ def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str
         attrs = table.array_attrs.get(name, {})
         want = stored_like(attrs, want)  # on the building machine: equal bit for bit
         tolerance = RECOMPUTE_RTOL + 2.0 ** -attrs.get("quantization_bits", 52)  # plus one quantum
-        close = np.isclose(got, want, rtol=tolerance, atol=0.0) | (np.isnan(got) & np.isnan(want))
+        above, below = (got, want) if name == "eps" else (want, got)  # certified eps up, proved lower bound down
+        close = ((below <= above) & (above <= below * (1 + tolerance))) | (np.isnan(got) & np.isnan(want))
         if not np.all(close):
             j, d = np.unravel_index(int(np.argmin(close)), close.shape)
             problems.append(f"{label} n={ns[j]} delta={task.deltas[d]:g}: stored {name}={got[j, d]!r}, "

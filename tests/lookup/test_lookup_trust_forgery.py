@@ -289,6 +289,25 @@ def test_a_genuine_custom_table_built_copied_signed_and_verified(
     assert lookup.open_table(copy).provenance == "verified"
 
 
+def test_verify_full_records_no_eps_below_its_recomputation(table_path: Path, tmp_path: Path, cache: Path) -> None:
+    """Every eps half a percent below what the engine recomputes: within the cross-machine tolerance
+    of one ladder step, but on the unsafe side, so nothing here certifies it; ``verify --full``
+    once recorded such a table as verified (the test table's lower bounds are all 0, so the mirror
+    case of lower bounds raised cannot be built from it)."""
+    import zarr
+
+    copy = tmp_path / "lowered.zarr"
+    shutil.copytree(table_path, copy)
+    array = zarr.open_group(copy, mode="r+")["eps"]
+    array[...] = np.asarray(array[...]) * 0.995
+    store.write_manifest(copy)
+    problems = verify(copy, full=True)
+    assert problems and all("stored eps=" in p for p in problems), problems
+    assert trust.recorded(trust.listing_digest(read_manifest(copy))) is None
+    with pytest.raises(TableError, match="nothing vouches"):
+        lookup.open_table(copy)
+
+
 def test_refute_refuses_the_table_at_once_and_forgets_its_record(table_path: Path, tmp_path: Path, cache: Path) -> None:
     copy = tmp_path / "refuted.zarr"
     shutil.copytree(table_path, copy)
