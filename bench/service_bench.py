@@ -196,12 +196,17 @@ def load(args: argparse.Namespace) -> list[str]:
 
         asyncio.run(main())
         rss.append((args.duration, rss_mb(process.pid)))
+        with urllib.request.urlopen(f"http://{address}/metrics") as response:
+            kept = {line.split()[0]: line.split()[1] for line in response.read().decode().splitlines()
+                    if line.startswith(("lookup_slices", "lookup_slice_hits", "lookup_live_timeouts",
+                                        "lookup_background_timeouts"))}
     finally:
         process.terminate()
         process.wait(60)
     status = out["status"]
     lines = [f"load: {args.clients} clients, {args.duration:g} s, 0.5-1.5 s between questions, 127.0.0.1, default "
-             f"table and settings (2 live workers); load generator on the same shared 2-core machine"]
+             f"table and settings (2 live workers, 1 background worker); load generator on the same shared 2-core "
+             "machine"]
     for kind in ("inside", "live", "bad", "health"):
         counts = ", ".join(f"{code}: {n}" for (k, code), n in sorted(status.items(), key=str) if k == kind)
         lines.append(f"- {kind}: {counts}; {percentiles(out['times'].get(kind, []))}")
@@ -211,6 +216,7 @@ def load(args: argparse.Namespace) -> list[str]:
     lines.append("- slowest in-range: " + "; ".join(f"{1000 * t:.0f} ms {code} {url}" for t, code, url in slowest))
     lines.append(f"- refined (slice, refinement or within max_slack): {refined[True]} of "
                  f"{refined[True] + refined[False]} ({100 * refined[True] / max(1, sum(refined.values())):.1f}%)")
+    lines.append("- at the end: " + ", ".join(f"{k} {v}" for k, v in kept.items()))
     lines.append("- server RSS (MB) at " + ", ".join(f"{t:.0f} s: {m:.0f}" for t, m in rss))
     return [*lines, *against_live(out["answers"], args.sample)]
 

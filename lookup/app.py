@@ -79,13 +79,14 @@ class Settings:
     refine_budget: float = 0.02  # seconds a table answer waits for its refinement (then: "refined": false)
     slice_cache: int = 64  # eps0 slices kept (LRU, lookup/slices.py; 0: none computed)
     slice_timeout: float = 120.0  # seconds of run time an eps0 slice may take
+    background_workers: int = 1  # worker processes refining table answers and computing eps0 slices
 
     def check(self) -> Settings:
         if self.live_workers < 1 or self.queue < 1 or not self.live_timeout > 0 or self.cache_size < 0 \
                 or self.memory_mb < 0 or self.retry_after < 0 or not self.refine_budget >= 0 \
-                or self.slice_cache < 0 or not self.slice_timeout > 0:
-            raise ValueError("live_workers and queue must be >= 1, live_timeout and slice_timeout > 0, memory_mb, "
-                             "cache_size, retry_after, refine_budget and slice_cache >= 0")
+                or self.slice_cache < 0 or not self.slice_timeout > 0 or self.background_workers < 1:
+            raise ValueError("live_workers, background_workers and queue must be >= 1, live_timeout and "
+                             "slice_timeout > 0, memory_mb, cache_size, retry_after, refine_budget, slice_cache >= 0")
         return self
 
 
@@ -235,7 +236,7 @@ class Metrics:
             counts[-1] += 1
         self.latency_sum[source] += seconds
 
-    def text(self, live: Pool, sliced: slices.SliceCache) -> str:
+    def text(self, live: Pool, background: Pool, sliced: slices.SliceCache) -> str:
         lines = ["# HELP lookup_requests_total HTTP requests by endpoint, status and source of the answer.",
                  "# TYPE lookup_requests_total counter"]
         for (endpoint, status, source), count in sorted(self.requests.items()):
@@ -252,7 +253,9 @@ class Metrics:
         gauges = [("lookup_live_queue", "Live tasks admitted (running or waiting).", "gauge", live.admitted["answer"]),
                   ("lookup_live_queue_limit", "Live tasks admitted at most.", "gauge", live.queue),
                   ("lookup_background_tasks", "Refinements and eps0 slices admitted.", "gauge",
-                   live.admitted["background"]),
+                   background.admitted["background"]),
+                  ("lookup_background_timeouts_total", "Refinements and slices ended past their time limit.",
+                   "counter", background.counts["timeouts"]),
                   ("lookup_live_workers", "Worker processes of the live pool.", "gauge", live.workers),
                   ("lookup_live_cache_entries", "Live answers in the LRU cache.", "gauge", len(live.cache)),
                   ("lookup_live_cache_hits_total", "Live answers served from the cache.", "counter",
@@ -280,9 +283,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
     table_tag = table.digest[:16] or hashlib.sha256(json.dumps(coverage, sort_keys=True, default=str).encode()
                                                    ).hexdigest()[:16]
     engine_version = _engine_version()
-    live = Pool(settings.live_workers, settings.queue, settings.live_workers, settings.cache_size, settings.table,
-                settings.memory_mb)
-    refiner = Refiner(settings, live, table, f"{table_tag}/{engine_version}")
+    live = Pool(settings.live_workers, settings.queue, 0, settings.cache_size, settings.table, settings.memory_mb)
+    background = Pool(settings.background_workers, 0, settings.background_workers, settings.cache_size,
+                      settings.table, settings.memory_mb)
+    refiner = Refiner(settings, background, table, f"{table_tag}/{engine_version}")
     metrics = Metrics()
     validate = _mechanism_validator()
 
@@ -377,19 +381,23 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return respond(200, openapi()), "info"
         if path == "/healthz":
             ok = live.pool is not None
-            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "workers_ready": live.ready(),
+            ready = live.ready() and background.ready()
+            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "workers_ready": ready,
                                                 "live_queue": live.admitted["answer"],
                                                 "queue_limit": settings.queue}), "health"
-        return Response(metrics.text(live, refiner.slices), 200, media_type="text/plain; version=0.0.4"), "metrics"
+        text = metrics.text(live, background, refiner.slices)
+        return Response(text, 200, media_type="text/plain; version=0.0.4"), "metrics"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         _warm(table)
         live.start()
+        background.start()
         try:
             yield
         finally:
             live.stop()
+            background.stop()
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 

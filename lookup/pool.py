@@ -7,11 +7,12 @@ dies (the address-space limit, a crash) fails its own task with ``ProcessExpired
 task ever fails because of another one, and a full queue is refused before anything is queued
 (``Busy``: the service's 503 with Retry-After).
 
-Two kinds of work share the pool: *answers* (live questions only the engine can answer, a
-client waiting for each; at most ``queue`` admitted) and *background* work (refinements and
+Two kinds of work, each admitted up to its own count: *answers* (live questions only the engine
+can answer, a client waiting for each; at most ``queue``) and *background* work (refinements and
 eps0 slices, ``lookup/slices.py``, that improve table answers already given; at most
-``background`` admitted, and never taking the places of answers).  Identical tasks in flight
-share one future; finished results are kept in an LRU cache keyed by the caller's key.
+``background``, skipped rather than queued beyond it).  The service gives each kind a pool of
+its own, so that neither starves the other.  Identical tasks in flight share one future;
+finished results are kept in an LRU cache keyed by the caller's key.
 """
 
 from __future__ import annotations
