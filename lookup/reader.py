@@ -382,9 +382,11 @@ class Refused(TableError):
 
 def check_declared(files: dict[str, bytes]) -> None:
     """For a store read whole (``lookup.table.MemoryGroup``, zarr's reader): every array's declared
-    shape and chunk shape in its consolidated metadata within the limits (``check_shape``), and the
-    size every blosc or zstd chunk declares (its outermost compressor's header, a trailing crc32c
-    set aside) at most ``MAX_CHUNK_BYTES``; ``Refused`` otherwise."""
+    shape and chunk shape in its consolidated metadata within the limits (``check_shape``), every
+    array within a whole-array read (``MAX_ARRAY_BYTES`` as float64: that reader decodes arrays
+    whole, filling chunks that are not there, so a metadata-only shape would allocate what it
+    declares), and the size every blosc or zstd chunk declares (its outermost compressor's header,
+    a trailing crc32c set aside) at most ``MAX_CHUNK_BYTES``; ``Refused`` otherwise."""
     try:
         meta = json.loads(files.get("zarr.json", b"{}"))
         arrays = {name: m for name, m in (meta.get("consolidated_metadata") or {}).get("metadata", {}).items()
@@ -393,7 +395,11 @@ def check_declared(files: dict[str, bytes]) -> None:
         for name, m in arrays.items():
             chunks = m.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape", m.get("shape"))
             itemsize = NUMBER_TYPES[m["data_type"]].itemsize if m.get("data_type") in NUMBER_TYPES else 8
-            check_shape(name, tuple(int(x) for x in m["shape"]), tuple(int(x) for x in chunks), itemsize)
+            shape = tuple(int(x) for x in m["shape"])
+            check_shape(name, shape, tuple(int(x) for x in chunks), itemsize)
+            if 8 * math.prod(shape) > MAX_ARRAY_BYTES:
+                raise Refused(f"{name} declares {shape} values, more than a whole-array read of {MAX_ARRAY_BYTES} "
+                              "bytes allows")
             codecs[name] = [c["name"] for c in m.get("codecs", [])]
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise Refused(f"its metadata cannot be checked against the reading limits ({err})") from None

@@ -411,9 +411,33 @@ def test_bombs_are_refused_in_under_a_second_and_200_mb(tmp_path: Path, cache: P
 
     seconds, peak = _bounded(use)
     assert seconds < 1.0 and peak < 200
+    import xarray  # noqa: F401 - verify's imports (2.7 s) loaded before it is timed, whatever ran before
     seconds, peak = _bounded(lambda: verify(out))
     problems = verify(out)
     assert problems and "Traceback" not in problems[0] and seconds < 2.0 and peak < 200
+
+
+def test_a_shape_bomb_on_the_fallback_reader_is_refused_before_decoding(tmp_path: Path, cache: Path) -> None:
+    """Keys the row reader does not implement (v2 chunk keys) send a store to zarr's reader, which
+    decodes eps and eps_lower whole, filling absent chunks: 200 rows declared (no chunk written)
+    once allocated 1.2 GB over 7 s before the shapes were compared."""
+    def v2_keys(out: Path, table: object) -> None:
+        meta = json.loads((out / "zarr.json").read_text())
+        for name in ("eps", "eps_lower"):
+            m = meta["consolidated_metadata"]["metadata"][name]
+            m["shape"][0] = 200
+            m["chunk_key_encoding"] = {"name": "v2", "configuration": {"separator": "."}}
+        (out / "zarr.json").write_text(json.dumps(meta))
+
+    out = forge(tmp_path, v2_keys)
+    lookup.table._OPEN.clear()
+
+    def use() -> None:
+        with pytest.raises(TableError, match="whole-array read"):
+            lookup.open_table(out, verified=False)
+
+    seconds, peak = _bounded(use)
+    assert seconds < 1.0 and peak < 200
 
 
 def test_a_device_file_with_every_value_halved_is_refused(tmp_path: Path, cache: Path) -> None:
