@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from lookup import trust
 from lookup.page import registry
+from lookup.table import read_manifest
 
 try:
     from selenium.common.exceptions import StaleElementReferenceException
@@ -62,6 +64,17 @@ def settled(base: str, path: str, query: dict[str, str]) -> dict[str, Any]:
         last = body
         time.sleep(0.1)
     raise AssertionError(f"{path} {query} did not settle: {last}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_home(table_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A cache home of this module's own (the servers inherit it), where the session table is
+    recorded as built here (lookup.trust; provenance itself is tested in test_lookup_trust*.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv(trust.ENV_CACHE, raising=False)
+        trust.record_built(table_path, trust.listing_digest(read_manifest(table_path)))  # as tablegen build does
+        yield
 
 
 @pytest.fixture(scope="module")
