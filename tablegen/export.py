@@ -148,7 +148,9 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "cut": {"eps0": _numbers(eps0), "n_min": _number(n_min), "n_max": _number(n_max), "delta": _numbers(delta)},
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
-    header_bytes, out = _write(out, header, upper, lower, record=t.certified)
+    # recorded as built only from a table lookup.trust vouched for (a Table made in Python, e.g. by
+    # lookup.table.from_arrays, is certified by nobody)
+    header_bytes, out = _write(out, header, upper, lower, record=t.vouched and t.certified)
     slack, where, excess = worst_slack(upper)
     return {
         "file": str(out), "bytes": out.stat().st_size, "header_bytes": header_bytes,

@@ -440,6 +440,23 @@ def test_a_shape_bomb_on_the_fallback_reader_is_refused_before_decoding(tmp_path
     assert seconds < 1.0 and peak < 200
 
 
+def test_a_device_file_exported_from_a_table_made_in_python_is_not_recorded(tmp_path: Path, cache: Path) -> None:
+    """``export_device`` given a Table object nothing vouched for (made by ``from_arrays``, every eps
+    0) once recorded the file as built here: read_device then answered 0 as certified."""
+    from lookup.device import DeviceFileError, read_device
+    from lookup.table import from_arrays
+    from tablegen.export import export_device
+
+    eps0, n, delta = np.array([1.0, 2.0]), np.array([100.0, 1000.0]), np.array([1e-6])
+    zeros = np.zeros((1, eps0.size, n.size, delta.size))
+    made = from_arrays("made", ["krr"], [{"k": 2}], eps0, n, delta, zeros, np.full_like(zeros, np.nan), {})
+    device = tmp_path / "made.dev"
+    export_device(device, "krr", {}, made)
+    with pytest.raises(DeviceFileError, match="nothing vouches"):
+        read_device(str(device))
+    assert read_device(str(device), verified=False).certified is False
+
+
 def test_a_device_file_with_every_value_halved_is_refused(tmp_path: Path, cache: Path) -> None:
     """Exported here (recorded as built), then every value halved and the checksum recomputed:
     intact by its SHA-256, but nothing vouches for the new digest."""
