@@ -122,6 +122,21 @@ def test_forgeries_are_refused_or_labelled_uncertified(tmp_path: Path, cache: Pa
     assert result.exit_code == 0 and json.loads(result.output)["certified"] is False
 
 
+def test_an_untrusted_table_that_passes_every_check_is_answered_only_labelled(tmp_path: Path, cache: Path) -> None:
+    """The labelled path, reached for sure (the forgeries above are usually refused by the spot
+    checks first): a copy with row 1 raised 1% (certified, but nothing vouches for it) is refused by
+    default and answered with "certified": false under --unverified."""
+    out = forge(tmp_path, lambda o, t: rewrite_row(o, "eps", 1, raised(stored(t, "eps", 1), t.eps0)), "raised.zarr")
+    args = ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1", "--n", "1e4", "--delta", "1e-6", "--table",
+            str(out), "--json", "--max-slack", "none"]
+    refused = CliRunner().invoke(lookup.cli.main, args)
+    assert refused.exit_code == 3 and "nothing vouches" in refused.output
+    answered = CliRunner().invoke(lookup.cli.main, [*args, "--unverified"])
+    assert answered.exit_code == 0, answered.output
+    answer = json.loads(answered.output)
+    assert answer["certified"] is False and answer["eps"] >= true_eps(1.0, 10**4, 1e-6)
+
+
 def test_random_spot_checks_catch_a_cone_that_fixed_cells_missed(tmp_path: Path, cache: Path) -> None:
     out = forge(tmp_path, cone)
     for _ in range(3):  # cells are drawn anew on every check: each catches it
