@@ -103,8 +103,15 @@ class ShuffledRoundEvent(dp_event.DpEvent):
     params: dict[str, Any] | None = None
     sample_rate: float = 1.0
 
+    def parameters(self) -> dict[str, Any]:
+        """``params`` (None: no parameters); ValueError naming ``params`` where it is not a dict."""
+        if self.params is not None and not isinstance(self.params, dict):
+            raise ValueError(f"params must be a dict of the mechanism's parameters (e.g. {{'k': 10}}) or None, "
+                             f"got params={self.params!r}")
+        return dict(self.params or {})
+
     def kwargs(self) -> dict[str, Any]:
-        return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **(self.params or {})}
+        return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **self.parameters()}
 
     def to_named_tuple(self) -> Any:
         """dp-accounting's NamedTuple form, the mechanism name kept whole (dp-accounting 0.6 maps
@@ -217,5 +224,5 @@ def round_rdp(event: ShuffledRoundEvent, orders: Any) -> Any:
     if event.sample_rate != 1:
         mechanism = subsampled(get_mechanism(event.mechanism), event.sample_rate)
     bounds = rdp_bounds(mechanism, eps0=event.eps0, n=event.n, orders=list(orders), lower=False,
-                        **(event.params or {}))
+                        **event.parameters())
     return np.asarray(bounds.rdp)

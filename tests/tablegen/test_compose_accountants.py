@@ -153,6 +153,8 @@ def test_refusals_name_the_way_out(accountant: str) -> None:
         acc.compose(compose.ShuffledRoundEvent("krr", -1.0, 1000, {"k": 10}))
     with pytest.raises(ValueError, match="sample_rate"):
         acc.compose(compose.ShuffledRoundEvent("krr", 1.0, 1000, {"k": 10}, sample_rate=1.5))
+    with pytest.raises(ValueError, match="params must be a dict"):  # once a TypeError from ** deep inside
+        acc.compose(compose.ShuffledRoundEvent("krr", 1.0, 1000, [("k", 10)]))  # type: ignore[arg-type]
     assert acc.ledger == dp_accounting.NoOpDpEvent() and acc.get_epsilon(DELTA) == 0  # nothing half-written
 
 
