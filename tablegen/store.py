@@ -352,18 +352,19 @@ def encoded_bytes(values: np.ndarray, up: bool, bits: int = MANTISSA_BITS) -> in
 
 
 def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
-            bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
+            bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> str:
     """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,
     ``lookup.trust.sign``), verify, and swap it in atomically; the variables of
-    ``compact_variables`` are written compact (``compact`` with ``bits``)."""
+    ``compact_variables`` are written compact (``compact`` with ``bits``).  Returns the
+    published table's digest (``lookup.trust.listing_digest`` of the manifest written)."""
     compacted = compact_variables or {}
     if compacted:
         dataset = compact(dataset, compacted, bits)
-    _publish_with(out, lambda tmp: _write_dataset(dataset, tmp, compacted), sign_key)
+    return _publish_with(out, lambda tmp: _write_dataset(dataset, tmp, compacted), sign_key)
 
 
 def publish_rows(template: Any, out: str | Path, read_slice: Callable[[str, int, int], np.ndarray],
-                 rounding: dict[str, bool], bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> None:
+                 rounding: dict[str, bool], bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> str:
     """``publish`` of a table whose variables of ``rounding`` (mechanism, eps0, n, delta) are
     streamed: ``template`` holds them as lazy (dask) arrays, never computed; each mechanism row
     is filled from ``read_slice(name, r, e)`` (float64, (n, delta)), rounded slice by
@@ -391,7 +392,7 @@ def publish_rows(template: Any, out: str | Path, read_slice: Callable[[str, int,
                     row[e] = round_float32(read_slice(name, r, e), up, bits)
                 array[r] = row
 
-    _publish_with(out, write, sign_key)
+    return _publish_with(out, write, sign_key)
 
 
 def _write_dataset(dataset: Any, tmp: Path, compacted: dict[str, bool]) -> None:
@@ -403,16 +404,19 @@ def _write_dataset(dataset: Any, tmp: Path, compacted: dict[str, bool]) -> None:
         dataset.to_zarr(tmp, mode="w-", encoding=encoding, consolidated=True, zarr_format=3, compute=False)
 
 
-def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str | Path | None) -> None:
+def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str | Path | None) -> str:
     """Run ``write`` on a new folder beside ``out``, add the manifest (and signature), verify,
-    and swap it in atomically; the folder is removed if any step fails."""
+    and swap it in atomically; the folder is removed if any step fails.  Returns the digest of
+    the listing written (computed from the bytes written, not read back from ``out``)."""
+    from lookup.trust import listing_digest
+
     out = Path(out)
     _clear_leftovers(out)
     check_replaceable(out)
     tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
     try:
         write(tmp)
-        write_manifest(tmp)
+        digest = listing_digest(write_manifest(tmp))
         problems = check_manifest(tmp) + check_chunks(tmp)
         if problems:
             raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
@@ -424,11 +428,14 @@ def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _swap_into_place(tmp, out)
+    return digest
 
 
-def write_manifest(store: Path) -> None:
-    lines = [f"{hashlib.sha256((store / rel).read_bytes()).hexdigest()}  {rel}" for rel in store_files(store)]
-    atomic_write(store / MANIFEST, "\n".join(lines) + "\n")
+def write_manifest(store: Path) -> dict[str, str]:
+    """Write ``store``'s SHA-256 manifest; returns the listing written (path -> SHA-256)."""
+    listed = {rel: hashlib.sha256((store / rel).read_bytes()).hexdigest() for rel in store_files(store)}
+    atomic_write(store / MANIFEST, "".join(f"{digest}  {rel}\n" for rel, digest in listed.items()))
+    return listed
 
 
 def check_manifest(store: str | Path) -> list[str]:
