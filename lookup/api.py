@@ -37,8 +37,9 @@ class Answer:
     ``"certified estimate"`` or ``"live"``), the grid corner used (table answers only: eps0
     rounded up, n down, the chord's grid deltas ``delta`` <= ``delta_upper``, and ``k`` for
     k-RR read at another grid k; NaN otherwise), the estimated relative slack over the live
-    certified value (NaN where unknown, e.g. from the grid edge), and whether a table answer
-    came from the edge of the grid."""
+    certified value (NaN where unknown, e.g. from the grid edge), whether a table answer
+    came from the edge of the grid, and whether the value is certified: False only for a table
+    answer from a table opened with ``verified=False`` that nothing vouches for (docs/trust.md)."""
 
     value: Any
     lower: Any
@@ -46,6 +47,7 @@ class Answer:
     corner: dict[str, Any]
     slack: Any
     edge: Any
+    certified: Any = True
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
@@ -200,7 +202,7 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
         lower = min(float(table.lower[row, cell.eps0_down, cell.n_up, cell.hi]), value)
     grid = {"eps0": table.axis_lists[0][cell.eps0_up], "n": table.axis_lists[1][cell.n_down],
             "delta": deltas[cell.lo], "delta_upper": deltas[cell.hi]}
-    return Answer(value, lower, "table", grid, slack, cell.edge)
+    return Answer(value, lower, "table", grid, slack, cell.edge, table.certified)
 
 
 def _eps_only(mechanism: str) -> None:
@@ -306,8 +308,9 @@ class _Queries:
         def out(a: np.ndarray) -> Any:
             return a.reshape(shape) if shape else a[0].item()
 
+        certified = (source != "table") | getattr(self.table, "certified", True)
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
-                      out(edge))
+                      out(edge), out(certified))
 
 
 def loose(source: Any, slack: Any, max_slack: float | None) -> np.ndarray:
@@ -406,8 +409,8 @@ def json_ready(kind: str, a: Answer, rounds: int | None = None) -> dict[str, Any
     """The answer of ``lookup.<kind>`` as the CLI and HTTP endpoint print it (NaN as null)."""
     value, lower = KEYS[kind]
     out = {value: a.value, **({lower: a.lower} if lower else {}), **({"rounds": rounds} if rounds else {})}
-    return finite({**out, "certified": True, "source": a.source, "corner": a.corner, "slack": a.slack,
-                   "edge": a.edge})
+    return finite({**out, "certified": bool(np.all(a.certified)), "source": a.source, "corner": a.corner,
+                   "slack": a.slack, "edge": a.edge})
 
 
 def finite(value: Any) -> Any:

@@ -102,8 +102,6 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
         rounds, rate = arguments.get("rounds"), arguments.get("sample_rate")
         out = json_ready(kind, answer, int(rounds) if rounds is not None else None)
-        if unverified and not opened.certified:
-            out["certified"] = False
         return out if rate is None else {**out, "sample_rate": rate}
 
     _answer(run, as_json)

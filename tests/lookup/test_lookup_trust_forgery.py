@@ -135,6 +135,12 @@ def test_an_untrusted_table_that_passes_every_check_is_answered_only_labelled(tm
     assert answered.exit_code == 0, answered.output
     answer = json.loads(answered.output)
     assert answer["certified"] is False and answer["eps"] >= true_eps(1.0, 10**4, 1e-6)
+    table = lookup.open_table(out, verified=False)  # the Python API labels its table answers alike
+    from_table = lookup.eps("krr", eps0=1.0, n=10**4, delta=1e-6, k=2, table=table, max_slack=None)
+    assert from_table.source == "table" and from_table.certified is False
+    assert lookup.api.json_ready("eps", from_table)["certified"] is False
+    live = lookup.eps("krr", eps0=1.0, n=10**4, delta=1e-6, k=7, table=table)  # the engine certifies it
+    assert live.source in ("live", "certified estimate") and live.certified is True
 
 
 def test_random_spot_checks_catch_a_cone_that_fixed_cells_missed(tmp_path: Path, cache: Path) -> None:
