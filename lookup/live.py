@@ -9,8 +9,8 @@ A file on disk is believed only if it is authentic and still certified (issue 37
 an HMAC-SHA256 of its key and value by the per-user secret (``lookup.trust.mac``; an entry planted
 or edited by whoever cannot read the secret is ignored), and a hit is re-certified by one engine
 evaluation before use (``_recertified``: ``certifies`` at the cached eps, delta or eps0); one that
-fails is recomputed and overwritten.  Composed answers have no one-evaluation check: the HMAC alone
-vouches for them.
+fails is recomputed and overwritten.  Composed answers, and the lower bound cached beside an eps or
+delta, have no one-evaluation check: the HMAC alone vouches for them.
 """
 
 from __future__ import annotations
