@@ -74,6 +74,7 @@ def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
     table, problems = reader_checks(path)
     if problems:
         return problems
+    problems = monotone_flags(table)
     eps, low = np.asarray(table.upper), np.asarray(table.lower)
     if np.any(eps > stored_like(table.array_attrs.get("eps", {}), table.eps0)[None, :, None, None]):
         problems.append("eps: values above eps0 (never certified beyond the local guarantee)")
@@ -127,6 +128,19 @@ def _verify_calibration(ds, sample: int, seed: int) -> list[str]:  # noqa: ANN00
         if not (np.isnan(live) and np.isnan(p[r, e, j, d])) and live != p[r, e, j, d]:
             problems.append(f"{protocol} eps={eps:g} n={n} delta={delta:g}: stored p={p[r, e, j, d]!r}, live {live!r}")
     return problems
+
+
+def monotone_flags(table: Any) -> list[str]:
+    """Rows flagged eps0-monotone (an eps0 between grid values answered at the one above) whose
+    mechanism is not (``eps0_monotone`` of the registry, as the build writes it): the flag is no
+    value the recomputation compares, yet answers below the exact eps follow from a forged one."""
+    from tablegen.mechanisms import get_mechanism
+
+    return [f"{table.path}: row {label} is flagged eps0-monotone, but its mechanism is not (eps0 between grid "
+            "values would be answered at the grid eps0 above)"
+            for label, family, params, flag in zip(table.labels(), table.families, table.params,
+                                                   table.eps0_monotone, strict=True)
+            if flag and not get_mechanism(family).eps0_monotone(params)]
 
 
 def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:

@@ -329,6 +329,30 @@ def test_verify_full_records_no_eps_below_its_recomputation(table_path: Path, tm
         lookup.open_table(copy)
 
 
+def test_verify_full_refuses_an_eps0_monotone_flag_the_mechanism_does_not_have(tmp_path: Path, cache: Path) -> None:
+    """OLH with its default g (g follows eps0) is not eps0-monotone; a copy flagging it so keeps every
+    stored value (the recomputation finds them equal), yet its readers would answer an eps0 between
+    grid values at the grid eps0 above.  ``verify --full`` once recorded such a copy as verified."""
+    import tomllib
+
+    import zarr
+
+    from tablegen.build import build
+    from tablegen.spec import spec_from_dict
+
+    spec = """title = "olh"\n[axes]\neps0 = [1.0, 2.0]\nn = [20, 40]\ndelta = [1e-5, 1e-3]\n[settings]
+resolution = 5\nlower_resolution = 10\nlower_every = [1, 1]\n[[mechanism]]\nfamily = "olh"\n"""
+    out = tmp_path / "olh.zarr"
+    build(spec_from_dict(tomllib.loads(spec), "olh-test"), out, workers=0, progress=False, log=lambda _: None)
+    flag = zarr.open_group(out, mode="r+")["eps0_monotone"]
+    assert not flag[...].any()  # as the registry says
+    flag[...] = np.ones(1, dtype=bool)
+    store.write_manifest(out)
+    problems = verify(out, full=True)
+    assert problems and "flagged eps0-monotone" in problems[0], problems
+    assert trust.recorded(trust.listing_digest(read_manifest(out))) is None
+
+
 def test_refute_refuses_the_table_at_once_and_forgets_its_record(table_path: Path, tmp_path: Path, cache: Path) -> None:
     copy = tmp_path / "refuted.zarr"
     shutil.copytree(table_path, copy)
