@@ -175,8 +175,10 @@ def test_a_real_cluster_whose_workers_cannot_see_the_output(spec_path: Path, ref
         while not store.finished(client_dir / "killed.zarr.staging", 3) and time.time() < deadline:
             time.sleep(0.01)
         os.kill(pid, signal.SIGKILL)
-        _, err = running.communicate(timeout=180)
+        assert len(store.finished(client_dir / "killed.zarr.staging", 3)) < SLICES, "not caught mid-build"
+        out, err = running.communicate(timeout=180)
         assert running.returncode == 0, err
+        assert f"computed {SLICES * 3} curves" in out
         assert_same_table(client_dir / "killed.zarr", reference)
     for name in ("other", "a", "b"):  # no worker wrote anything of the build where it runs
         assert not list((tmp_path / "cluster" / name).rglob("*.zarr*")), name
