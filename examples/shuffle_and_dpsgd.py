@@ -60,7 +60,8 @@ def budget(route: str, args: argparse.Namespace) -> dict[str, Any]:
     both = eps(telemetry, sgd)
     basic = sum(alone.values())
     return {"route": route, "eps": both, "eps_telemetry_alone": alone["telemetry"], "eps_dpsgd_alone": alone["dpsgd"],
-            # shares of the budget: each part's eps alone over their sum (basic composition, >= eps)
+            # shares of the budget: each part's eps alone over their sum (basic composition's eps at 2 delta;
+            # at delta it takes each part at delta / 2, larger still)
             "share_telemetry": alone["telemetry"] / basic, "share_dpsgd": alone["dpsgd"] / basic,
             # what each part adds to the total on top of the other
             "telemetry_adds": both - alone["dpsgd"], "dpsgd_adds": both - alone["telemetry"],

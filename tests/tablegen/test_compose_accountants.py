@@ -177,6 +177,7 @@ def test_worked_example_runs_and_its_budget_is_consistent() -> None:
     assert out.returncode == 0, out.stderr
     pld_route, rdp_route = json.loads(out.stdout)["routes"]
     for r in (pld_route, rdp_route):
+        # the sum of the parts at delta each is basic composition at 2 delta: above eps at delta as well
         assert max(r["eps_telemetry_alone"], r["eps_dpsgd_alone"]) <= r["eps"] <= r["basic_composition"]
     assert pld_route["eps"] <= rdp_route["eps"]
 
