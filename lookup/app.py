@@ -349,6 +349,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         except Busy as err:
             response = error(503, str(err), {"Retry-After": str(settings.retry_after)})
             source = "busy"
+        except asyncio.CancelledError:  # uvicorn past --graceful-timeout: a JSON 503, not its text/plain 500
+            response = error(503, "the server is shutting down; retry later",
+                             {"Retry-After": str(settings.retry_after)})
+            source = "busy"
         except Refused as err:
             response = error(err.status, str(err), err.headers)
         except (ValueError, TableError) as err:

@@ -152,3 +152,15 @@ def test_over_the_connection_cap_a_json_503_with_retry_after(start_server: Any) 
             conn.close()
     time.sleep(0.2)
     assert get(f"{base}/healthz")[0] == 200
+
+
+def test_past_the_graceful_timeout_a_request_in_flight_gets_a_json_503(start_server: Any) -> None:
+    import signal
+
+    server = start_server("--live-workers", "1", "--graceful-timeout", "1", slow=4)
+    thread, out = _in_thread(f"{server.base}/v1/eps?mechanism=krr&k=3&eps0=6&n=50&delta=1e-6")
+    time.sleep(0.5)
+    server.process.send_signal(signal.SIGTERM)
+    thread.join(30)
+    (status, body, headers), _ = out[0]
+    assert status == 503 and "shutting down" in json.loads(body)["error"] and headers["Retry-After"]
