@@ -16,6 +16,7 @@ from tablegen.compose import pld
 from tablegen.compose.profile import POINTS, Vertices, envelope, sample, tail_edge
 
 MAX_ROUNDS = 10**6
+MAX_LATTICE = 10**7  # lattice steps a round's losses may span on a given lattice (its dense pmf: 80 MB)
 
 
 @dataclass(frozen=True)
@@ -143,5 +144,8 @@ def lattice_round(mechanism: str, *, eps0: float, n: int, discretization: float,
     r = _checked([Round(mechanism, eps0, n, params, sample_rate=sample_rate)])[0]
     discretization = validate.positive_finite("value_discretization_interval", discretization)
     e_hi = tail_edge(r.profile, r.eps0)
+    if e_hi / discretization > MAX_LATTICE:  # the dense pmf and every FFT would hold that many values
+        raise ValueError(f"value_discretization_interval={discretization!r} is too fine: the round's losses span "
+                         f"[0, {e_hi:.4g}], more than {MAX_LATTICE:.0e} steps; take it >= {e_hi / MAX_LATTICE:.2g}")
     points = validate.integer_at_least("points", points, 2, 10**5)
     return pld.connect_dots(envelope(*sample(r.profile, e_hi, discretization, points), discretization))

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,16 @@ def test_refusals_name_the_way_out(accountant: str) -> None:
     with pytest.raises(ValueError, match="params must be a dict"):  # once a TypeError from ** deep inside
         acc.compose(compose.ShuffledRoundEvent("krr", 1.0, 1000, [("k", 10)]))  # type: ignore[arg-type]
     assert acc.ledger == dp_accounting.NoOpDpEvent() and acc.get_epsilon(DELTA) == 0  # nothing half-written
+
+
+def test_a_lattice_too_fine_is_refused_before_allocating() -> None:
+    """1e-12 once asked numpy for 3 TiB (a MemoryError); 1e-10, 33 GB the machine may grant."""
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="value_discretization_interval=1e-10 is too fine"):
+        compose.round_pld("krr", eps0=1.0, n=1000, k=10, value_discretization_interval=1e-10)
+    with pytest.raises(ValueError, match="too fine"):
+        compose.ShufflePLDAccountant(SPECIAL, 1e-12).compose(compose.ShuffledRoundEvent("krr", 1.0, 1000, {"k": 10}))
+    assert time.perf_counter() - start < 10
 
 
 def test_without_dp_accounting_the_message_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
