@@ -52,10 +52,12 @@ CONNECT_SECONDS = 5  # an unreachable --scheduler is reported after this long, b
 STATUS_SECONDS = 30  # no slice finished for this long: the build says what the workers are doing
 DRY_RUN_BUDGET = 90.0  # seconds a dry run spends timing its sample (the full spec's within 2 minutes on 2 cores)
 # the client's publish (python -m bench table --only publish, docs/cluster.md): peak RSS = CLIENT_BASE_BYTES +
-# CLIENT_ROW_COPIES x one float32 row; time = float64 bytes of the staging store / MERGE_BYTES_PER_SECOND (read,
-# rounded, encoded, hashed for the manifest and decoded again to verify: 4.05 GB in 127 s, 2.09 GB in 44 s)
+# CLIENT_ROW_COPIES x one float32 row, at least CLIENT_MIN_BYTES; time = float64 bytes of the staging store /
+# MERGE_BYTES_PER_SECOND (read, rounded, encoded, hashed for the manifest and decoded again to verify: 4.05 GB
+# in 127 s, 2.09 GB in 44 s, 2.50 GB of full.toml's rows in 56 s)
 CLIENT_BASE_BYTES = 300e6  # the publishing process with its modules (one row of 32 MB: 302 MiB)
-CLIENT_ROW_COPIES = 8  # rows of 32 MB: 556 MiB at 16 rows, 474 MiB at 31 (2026-11-26, shared 2-core machine)
+CLIENT_ROW_COPIES = 4  # 2 rows of full.toml's 312 MB: 1374 MiB (2026-11-26, shared 2-core machine)
+CLIENT_MIN_BYTES = 600e6  # rows of 32 MB: 556 MiB at 16 rows, 474 MiB at 31
 MERGE_BYTES_PER_SECOND = 30e6
 # the code a slice's values depend on, digested into every result's provenance (relative to tablegen/)
 ENGINE_CODE = ("__init__.py", "engine", "mechanisms", "protocols", "decomposition.py", "limits.py", "validate.py")
@@ -702,7 +704,7 @@ def _sizes(spec: Spec, staging: Path, timed: set[tuple[int, int]]) -> dict[str, 
     row_bytes = 4 * math.prod(spec.shape[1:])
     sizes = {"staging_bytes": 0.0, "published_bytes": 0.0, "row_bytes": float(row_bytes),
              "merge_seconds": 2 * 8 * math.prod(spec.shape) / MERGE_BYTES_PER_SECOND,
-             "client_bytes": float(CLIENT_BASE_BYTES + CLIENT_ROW_COPIES * row_bytes)}
+             "client_bytes": max(CLIENT_MIN_BYTES, CLIENT_BASE_BYTES + CLIENT_ROW_COPIES * row_bytes)}
     if not timed:
         return sizes
     read = store.slice_reader(staging)
