@@ -173,7 +173,7 @@ def _disk_read(key: str) -> tuple[float, ...] | None:
     if path is None or not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(trust.read_small(path))
         value = tuple(float(v) for v in record["value"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -49,6 +49,7 @@ import json
 import math
 import os
 import random
+import stat
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -74,7 +75,21 @@ WAYS = ("1) shipped with shuffle-eps (its digest pinned in this package), 2) bui
         "build / tablegen export record what they wrote), 3) signed by a trusted key (tablegen sign TABLE --key KEY; "
         f"readers: --trusted-key or ${ENV_KEYS}), or 4) fully re-verified here (tablegen verify --full TABLE); "
         'or ask for answers labelled "certified": false (--unverified, open_table(path, verified=False))')
+SMALL_FILE = 1 << 16  # a signature, a trust record or a live-cache entry: at most this many bytes are read
 _REFUTED: dict[str, str] = {}  # digest -> why, for this process
+
+
+def read_small(path: str | Path) -> str:
+    """The text of a small file (a signature, a record, a cache entry); OSError where it is larger
+    than ``SMALL_FILE`` bytes (a sparse file planted to be read whole), not a regular file, or unreadable."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > SMALL_FILE:
+            raise OSError(f"{path}: not a regular file of at most {SMALL_FILE} bytes")
+        data = f.read(SMALL_FILE + 1)
+    if len(data) > SMALL_FILE:
+        raise OSError(f"{path}: larger than {SMALL_FILE} bytes")
+    return data.decode()
 
 
 def listing_digest(listed: dict[str, str]) -> str:
@@ -278,7 +293,7 @@ def record_verified(path: str | Path, digest: str) -> bool:
 def recorded(digest: str) -> str | None:
     """``"built"`` or ``"verified"`` where an authentic record of ``digest`` exists, else None."""
     try:
-        record = json.loads((cache_home() / "trusted" / digest).read_text())
+        record = json.loads(read_small(cache_home() / "trusted" / digest))
         how = record["how"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -365,7 +380,7 @@ def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
     if not keys or not target.is_file():
         return False
     try:
-        record = json.loads(target.read_text())
+        record = json.loads(read_small(target))
         public, signature = bytes.fromhex(record["public_key"]), bytes.fromhex(record["signature"])
     except (OSError, ValueError, KeyError, TypeError):
         raise TableError(f"{path}: refused, its signature file {target.name} is malformed") from None

@@ -280,6 +280,33 @@ def test_stripped_and_foreign_signatures_are_refused_once_a_key_is_trusted(
         lookup.open_table(custom)
 
 
+def test_sparse_files_planted_as_signature_record_or_cache_entry_are_not_read_whole(
+        tmp_path: Path, cache: Path, keys: dict[str, tuple[Path, Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 GiB sparse file (no disk used) as the signature beside a table, as a trust record and as a
+    live-cache entry: each was read whole (2 GiB allocated, twice over when decoded)."""
+    out = forge(tmp_path, lambda o, t: rewrite_row(o, "eps", 1, raised(stored(t, "eps", 1), t.eps0)), "custom.zarr")
+    digest = trust.listing_digest(read_manifest(out))
+    point, params = {"eps0": 1.0, "n": 50, "delta": 1e-6}, {"k": 3}
+    monkeypatch.setattr(live, "_MEMORY", {})
+    value = live.eps_upper("krr", point, params)
+    [entry] = list(cache.glob("*.json"))
+    (cache / "trusted").mkdir(parents=True, exist_ok=True)
+    for planted in (trust.signature_path(out), cache / "trusted" / digest, entry):
+        with open(planted, "wb") as f:
+            f.truncate(2 << 30)
+    monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
+
+    def use() -> None:
+        with pytest.raises(TableError, match="malformed"):
+            lookup.open_table(out)
+        assert trust.recorded(digest) is None
+        monkeypatch.setattr(live, "_MEMORY", {})
+        assert live.eps_upper("krr", point, params) == value  # recomputed
+
+    seconds, peak = _bounded(use)
+    assert seconds < 5.0 and peak < 200
+
+
 def test_a_genuine_custom_table_built_copied_signed_and_verified(
         table_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         keys: dict[str, tuple[Path, Path]]) -> None:
