@@ -52,8 +52,9 @@ from lookup.table import Table, TableError, open_table
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
 MAX_URL = 2048
 # the engine's arithmetic at eps0 near 1e-12 and below loses e^eps0 - 1 (eps0 = 1e-30, n = 1 answered
-# 1e-39, below the exact eps0): live questions below this are refused
-EPS0_MIN_LIVE = 1e-6
+# 1e-39, below the exact eps0): the service refuses eps0 below this, table or live (one rule to publish)
+EPS0_MIN = 1e-6
+CATEGORIES_MAX = 10**8  # k, g, domain: tablegen.limits.CATEGORIES_MAX (a test keeps them equal)
 ENDPOINTS = {
     "/v1/eps": ("eps", ("eps0", "n", "delta")),
     "/v1/delta": ("delta", ("eps0", "n", "eps")),
@@ -313,12 +314,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         mechanism = raw["mechanism"]
         call = getattr(lookup, kind)
         try:  # the table alone, here in the event loop: microseconds, never the engine
-            result = call(mechanism, table=table, live=False, max_slack=None, **kwargs)
-        except TableError:
+            result, lacking = call(mechanism, table=table, live=False, max_slack=None, **kwargs), None
+        except TableError as err:
+            result, lacking = None, err
+        validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # the same 400s, table or live
+                 {k: v for k, v in kwargs.items() if k not in HELP})
+        if lacking is not None:
             if not allow_live or not live_engine.available():
-                raise
-            validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # 400 before admission
-                     {k: v for k, v in kwargs.items() if k not in HELP})
+                raise lacking
             sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" else None
             if sliced is not None:  # e.g. OLH with its default g between grid eps0: the slice at eps0
                 return respond(200, sliced, {"Cache-Control": "no-cache"}), "slice"
@@ -419,7 +422,7 @@ MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # -> (requir
     "parallel": (("bases", "weights"), ("k", "g")),
 }  # the engine's registry (tablegen.mechanisms) and the closed form: a test keeps them equal
 NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the engine's limits check
-    "eps0": ("local privacy parameter", {"type": "number", "exclusiveMinimum": 0, "maximum": 40}),
+    "eps0": ("local privacy parameter", {"type": "number", "minimum": EPS0_MIN, "maximum": 40}),
     "n": ("number of users, an integer (1e6 accepted)", {"type": "number", "minimum": 1, "maximum": 1e18,
                                                          "multipleOf": 1}),
     "delta": ("target delta", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
@@ -427,8 +430,8 @@ NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the 
 }
 BASES = [m for m in MECHANISMS if m not in ("generic-closed-form", "finite", "joint", "parallel")]
 PARAMS = {  # the mechanism parameters' schemas (lookup.params.HELP says what each one is)
-    "k": {"type": "integer", "minimum": 2}, "g": {"type": "integer", "minimum": 2},
-    "domain": {"type": "integer", "minimum": 2}, "delta0": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+    **{name: {"type": "integer", "minimum": 2, "maximum": CATEGORIES_MAX} for name in ("k", "g", "domain")},
+    "delta0": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
     "matrix": {"type": "string", "contentMediaType": "application/json"}, "base": {"type": "string", "enum": BASES},
     "parts": {"type": "integer", "minimum": 1, "maximum": 32},
     "bases": {"type": "string", "pattern": f"^({'|'.join(BASES)})(,({'|'.join(BASES)}))*$"},
@@ -525,9 +528,8 @@ def _mechanism_validator() -> Any:
     def validate(mechanism: str, params: dict[str, Any], numbers: dict[str, float]) -> None:
         if "eps0" in numbers:
             checked_eps0(numbers["eps0"])
-            if numbers["eps0"] < EPS0_MIN_LIVE:
-                raise ValueError(f"eps0 must be >= {EPS0_MIN_LIVE:g} for an answer off the table (the table answers "
-                                 f"a smaller eps0 inside its n and delta ranges), got eps0={numbers['eps0']!r}")
+            if numbers["eps0"] < EPS0_MIN:
+                raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, 40], got eps0={numbers['eps0']!r}")
         checked_n(numbers["n"])
         if mechanism != "generic-closed-form":
             get_mechanism(mechanism).resolve(params)

@@ -40,9 +40,12 @@ def test_schemathesis_finds_nothing(start_server: Any, tmp_path: Path) -> None:
 
 
 def test_the_schema_names_every_mechanism_the_engine_answers() -> None:
+    from lookup import app
     from lookup.app import openapi
+    from tablegen.limits import CATEGORIES_MAX, EPS0_LIMIT
     from tablegen.mechanisms import MECHANISMS
 
+    assert app.CATEGORIES_MAX == CATEGORIES_MAX and app.NUMBERS["eps0"][1]["maximum"] == EPS0_LIMIT
     schema = json.loads(json.dumps(openapi()))
     branches = schema["paths"]["/v1/eps"]["get"]["parameters"][0]["schema"]["oneOf"]
     described = {b["properties"]["mechanism"]["const"]: b for b in branches}
