@@ -429,7 +429,7 @@ def _cluster_results(client: Any, tasks: Iterator[Task], prefix: str,
     def submit(t: Task, key: str = "") -> None:
         allowed = None
         if refused:
-            allowed = [w for w in client.scheduler_info(n_workers=-1)["workers"] if w not in refused]
+            allowed = [w for w in _workers(client) if w not in refused]
             if not allowed:
                 raise BuildFailed("no worker left that runs this client's code: " + "; ".join(refused.values()))
         key = key or f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}"
@@ -470,10 +470,18 @@ def _cluster_results(client: Any, tasks: Iterator[Task], prefix: str,
             client.cancel(list(pending))
 
 
+def _workers(client: Any) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler knows, by address (recent distributed lists 5 unless asked for all)."""
+    try:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # distributed before the n_workers argument: it lists them all
+        return client.scheduler_info()["workers"]
+
+
 def _stalled(client: Any, running: int) -> str:
     """One line on why no slice finished lately: workers connected, paused (over their memory
     limit's pause fraction, ``distributed.worker.memory.pause``) or gone."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = _workers(client)
     if not workers:
         return f"no slice finished in {STATUS_SECONDS} s: no worker is connected to the scheduler"
     paused = sorted(w for w, info in workers.items() if info.get("status") == "paused")
