@@ -73,7 +73,8 @@ SPOT_RTOL = 0.02
 LOWER_MARGIN = 1e-9  # a lower bound L is refuted where the engine certifies L (1 - LOWER_MARGIN)
 WAYS = ("1) shipped with shuffle-eps (its digest pinned in this package), 2) built on this machine (tablegen "
         "build / tablegen export record what they wrote), 3) signed by a trusted key (tablegen sign TABLE --key KEY; "
-        f"readers: --trusted-key or ${ENV_KEYS}), or 4) fully re-verified here (tablegen verify --full TABLE); "
+        f"readers: --trusted-key or ${ENV_KEYS}), or 4) fully re-verified here (tablegen verify --full TABLE, "
+        "a table directory; a device file: export it again here from a trusted table); "
         'or ask for answers labelled "certified": false (--unverified, open_table(path, verified=False))')
 SMALL_FILE = 1 << 16  # a signature, a trust record or a live-cache entry: at most this many bytes are read
 _REFUTED: dict[str, str] = {}  # digest -> why, for this process
