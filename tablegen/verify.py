@@ -66,6 +66,9 @@ def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
         return problems
     ds = xr.open_zarr(path, consolidated=True)
     if "p" in ds.variables and "protocol" in ds.coords:
+        if full:  # nothing would be recomputed or recorded, yet the CLI would say so
+            return [f"{path}: a calibration table: --full recomputes the slices of an eps table; check this one "
+                    "with --sample N"]
         return _verify_calibration(ds, sample, seed)
     missing = [k for k in ("certification", "spec_sha256") if k not in ds.attrs]
     missing += [v for v in ("eps", "eps_lower", "family", "params") if v not in ds.variables]

@@ -380,6 +380,13 @@ resolution = 5\nlower_resolution = 10\nlower_every = [1, 1]\n[[mechanism]]\nfami
     assert trust.recorded(trust.listing_digest(read_manifest(out))) is None
 
 
+def test_verify_full_on_a_calibration_table_claims_nothing() -> None:
+    """``tablegen verify --full`` on the shipped calibration table once printed "every slice
+    recomputed and equal; recorded as verified here" having recomputed and recorded nothing."""
+    result = CliRunner().invoke(tablegen_main, ["verify", "--full", str(ROOT / "data" / "protocols.zarr")])
+    assert result.exit_code == 1 and "--sample" in result.output and "recorded as verified" not in result.output
+
+
 def test_refute_refuses_the_table_at_once_and_forgets_its_record(table_path: Path, tmp_path: Path, cache: Path) -> None:
     copy = tmp_path / "refuted.zarr"
     shutil.copytree(table_path, copy)
