@@ -32,7 +32,7 @@ def test_freed_arrays_are_reused_under_the_dask_worker_environment():
     """40 arrays of 16 MiB: hundreds of page faults each as dask leaves the allocator (the
     memory goes back to the kernel every time), those of the first one alone once set."""
     plain, kept = _page_faults("plain"), _page_faults("set")
-    assert plain > 40 * 256, plain
+    assert plain > 40 * 8, plain  # a fault per 2 MiB page at least (transparent huge pages; 4 KiB pages: 4096)
     assert kept < plain / 10, (kept, plain)
 
 
