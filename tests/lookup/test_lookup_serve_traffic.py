@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shuffle_reference import exact_delta, krr_upper_law
+from shuffle_reference import exact_delta, krr_upper_law, olh_upper_law
 from test_lookup_serve import get
 
 SLOW_ONE = '''
@@ -64,6 +64,18 @@ def test_a_refinement_not_ready_is_labelled_then_kept(start_server: Any, table_p
     cli = cli_json("eps0-max", "--mechanism", "krr", "--k", "3", "--eps", "0.9", "--n", "80", "--delta", "1e-6",
                    "--table", str(table_path))
     assert body == cli and json.loads(body)["eps0"] >= first["eps0"]
+
+
+def test_a_mechanism_the_table_lacks_is_answered_at_once_by_the_generic_row(start_server: Any) -> None:
+    """OLH (no row in the small table): the generic row's answer, certified for every eps0-LDP
+    randomizer, checked here against the exact sum of OLH's own law (g = round(e^1.5) + 1 = 5)."""
+    base = start_server("--live-workers", "1").base
+    start = time.perf_counter()
+    status, body, _ = get(f"{base}/v1/eps?mechanism=olh&eps0=1.5&n=60&delta=1e-5")
+    answer = json.loads(body)
+    assert status == 200 and time.perf_counter() - start < 0.5
+    assert answer["via"] == "generic" and answer["refined"] is False and answer["certified"]
+    assert exact_delta(*olh_upper_law(1.5, answer["eps"], 5), 60) <= 1e-5 * (1 + 1e-9)
 
 
 def _in_thread(url: str) -> tuple[threading.Thread, list]:
