@@ -289,3 +289,21 @@ def test_an_eps0_slice_answer_is_certified(table_path: Path, mechanism: str, eps
     assert exact_delta(*law(mechanism, eps0, value), n) <= delta * (1 + 1e-9)
     assert (slack >= 0) if n < ns[-1] else np.isnan(slack)
     assert read.answer(n, deltas[0] / 2) is None and read.answer(ns[0] - 1, delta) is None
+
+
+def test_the_service_refutes_a_table_value_below_a_proved_lower_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lookup/app.py's Refiner: a certified eps below a lower bound at the same point proves the
+    table wrong; lookup.trust.refute is called (with the point named), never otherwise."""
+    pytest.importorskip("starlette")
+    from lookup import trust
+    from lookup.app import Refiner, Settings
+
+    calls = []
+    monkeypatch.setattr(trust, "refute", lambda table, detail: calls.append(detail), raising=False)
+    refiner = Refiner(Settings(), None, object(), "tag")
+    point = {"eps0": 1.5, "n": 50.0, "delta": 1e-6}
+    refiner.check("eps", "krr", point, {"eps": 0.10}, 0.12, "a live refinement's proved lower bound")
+    refiner.check("eps", "krr", point, {"eps": 0.10}, 0.08, "a live refinement's proved lower bound")
+    refiner.check("eps", "krr", point, {"eps": 0.10}, None, "no lower bound")
+    refiner.check("delta", "krr", point, {"delta": 0.10}, 0.12, "not an eps")
+    assert len(calls) == 1 and "eps0=1.5" in calls[0] and "0.1" in calls[0] and "0.12" in calls[0]
