@@ -44,6 +44,8 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0, full: bool = False)
         return [f"{path}: no such table"]
     try:
         return _verify(path, sample, seed, full)
+    except ModuleNotFoundError:
+        raise  # a missing extra: the command group names it (lookup.extras)
     except Exception as err:  # noqa: BLE001 - whatever a forged or damaged store raises: a message
         return [f"{path}: cannot be verified ({type(err).__name__}: {err})"]
 

@@ -18,7 +18,7 @@ SMOKE = Path(__file__).resolve().parents[2] / "workflows" / "smoke.toml"
 
 @pytest.mark.parametrize(("main", "args", "module", "extra"), [
     (lookup_main, ["plot", "slack", "--delta", "1e-8", "--out", "x.png"], "matplotlib", "plot"),
-    (tablegen_main, ["verify", "nowhere.zarr"], "xarray", "build"),
+    (tablegen_main, ["verify", str(SMOKE.parents[1] / "data" / "default.zarr")], "xarray", "build"),
     (tablegen_main, ["build", "--spec", str(SMOKE), "--out", "t.zarr", "--workers", "0"], "xarray", "build"),
     (tablegen_main, ["build", "--spec", str(SMOKE), "--out", "t.zarr", "--no-progress"], "distributed", "build"),
 ])
