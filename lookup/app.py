@@ -7,15 +7,16 @@ uvicorn from ``lookup serve`` (``lookup/serve.py``).  Needs the ``serve`` extra.
     GET /v1/info, /healthz, /metrics (Prometheus text format)
 
 Answers are the JSON of ``lookup ... --json``.  Each request is validated in the event loop
-(400 naming the parameter), then answered from the table there (``live=False``: microseconds,
-never waiting on live work).  What the table cannot answer within ``max_slack`` -- live answers,
-refinements, inverse questions off the grid -- goes to a pool of worker processes
-(``live_workers`` of them) through a bounded queue (``queue`` tasks admitted, running or
-waiting; beyond it a 503 with ``Retry-After``).  A task over ``live_timeout`` seconds is
-answered 503 and its pool replaced (its workers killed); a worker over ``memory_mb`` of address
-space fails its task with a 503.  Live answers are kept in an LRU cache keyed by the canonical
+(400 naming the parameter), then answered from the table there (``live=False``: microseconds).
+A table answer within ``max_slack`` is sent at once.  One above it is never refused
+(``Refiner``): read from its eps0 slice where one is kept (``lookup/slices.py``), else refined
+in a background worker for at most ``refine_budget`` seconds, else sent as the table's certified
+answer labelled ``"refined": false`` while the work goes on.  Questions only the engine can
+answer go to ``live_workers`` worker processes (``lookup/pool.py``: pebble, each task timed from
+its start and ended alone past ``live_timeout``) through a bounded queue (``queue`` admitted;
+beyond it a 503 with ``Retry-After``).  Answers are kept in LRU caches keyed by the canonical
 query, the table and the engine version.  The server computes nothing itself: every number is
-one the library answers.
+one the library or the engine's slice path answers.
 """
 
 from __future__ import annotations
