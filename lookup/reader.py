@@ -45,6 +45,7 @@ import math
 import os
 import threading
 import weakref
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -361,7 +362,16 @@ def check_declared_size(array: str, codec: str, data: bytes, expected: int | Non
 
 def declared_size(codec: str, data: bytes) -> int | None:
     """Decompressed size declared by a blosc header (bytes 4-7, little-endian) or a zstd frame
-    header (its Frame_Content_Size, RFC 8878 section 3.1.1.1); None where it declares none."""
+    header (its Frame_Content_Size, RFC 8878 section 3.1.1.1); None where it declares none.  gzip
+    declares none that binds (its ISIZE is modulo 2^32): a gzip chunk (zarr's reader only) is
+    inflated here up to ``MAX_CHUNK_BYTES`` + 1 bytes, one member (RFC 1952), and that size taken."""
+    if codec == "gzip":
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            size = len(inflate.decompress(data, MAX_CHUNK_BYTES + 1))
+        except zlib.error:
+            return None
+        return size if inflate.eof and not inflate.unconsumed_tail and not inflate.unused_data else None
     if codec == "blosc":
         return int.from_bytes(data[4:8], "little") if len(data) >= 16 else None
     if len(data) < 6 or data[:4] != ZSTD_MAGIC:
@@ -385,13 +395,15 @@ def check_declared(files: dict[str, bytes]) -> None:
     shape and chunk shape in its consolidated metadata within the limits (``check_shape``), every
     array within a whole-array read (``MAX_ARRAY_BYTES`` as float64: that reader decodes arrays
     whole, filling chunks that are not there, so a metadata-only shape would allocate what it
-    declares), and the size every blosc or zstd chunk declares (its outermost compressor's header,
-    a trailing crc32c set aside) at most ``MAX_CHUNK_BYTES``; ``Refused`` otherwise."""
+    declares), codec chains whose sizes can be checked (``compressors``), the size every chunk
+    (every file of an array but its metadata, whatever its key encoding) declares, a trailing
+    crc32c set aside, at most ``MAX_CHUNK_BYTES``, and the items a vlen-utf8 chunk declares its
+    chunk shape's (decompressed here: at most ``MAX_CHUNK_BYTES``); ``Refused`` otherwise."""
     try:
         meta = json.loads(files.get("zarr.json", b"{}"))
         arrays = {name: m for name, m in (meta.get("consolidated_metadata") or {}).get("metadata", {}).items()
                   if m.get("node_type") == "array"}
-        codecs = {}
+        codecs, items = {}, {}
         for name, m in arrays.items():
             chunks = m.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape", m.get("shape"))
             itemsize = NUMBER_TYPES[m["data_type"]].itemsize if m.get("data_type") in NUMBER_TYPES else 8
@@ -400,22 +412,43 @@ def check_declared(files: dict[str, bytes]) -> None:
             if 8 * math.prod(shape) > MAX_ARRAY_BYTES:
                 raise Refused(f"{name} declares {shape} values, more than a whole-array read of {MAX_ARRAY_BYTES} "
                               "bytes allows")
-            codecs[name] = [c["name"] for c in m.get("codecs", [])]
+            codecs[name] = compressors(name, [c["name"] for c in m.get("codecs", [])])
+            if m.get("data_type") == "string":
+                items[name] = math.prod(int(x) for x in chunks)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise Refused(f"its metadata cannot be checked against the reading limits ({err})") from None
     for rel, data in files.items():
-        name, _, key = rel.rpartition("/c")
-        chain = list(codecs.get(name, []))
-        if not key or not chain:
-            continue
-        if chain[-1] == "crc32c":
+        name = next((a for a in codecs if rel.startswith(f"{a}/") and rel != f"{a}/zarr.json"), None)
+        chain = list(codecs.get(name, [])) if name is not None else []  # every file of an array: a chunk
+        if chain and chain[-1] == "crc32c":
             chain.pop()
             data = data[:-4]
-        if chain and chain[-1] in ("blosc", "zstd"):
-            try:
+        try:
+            if chain:
                 check_declared_size(rel, chain[-1], data, None)
-            except ValueError as err:
-                raise Refused(str(err)) from None
+            if name in items:  # vlen-utf8: numcodecs makes an array of the items declared before reading one
+                decoded = decoders.module(chain[-1]).decompress(data) if chain else data
+                if int.from_bytes(decoded[:4], "little") != items[name]:
+                    raise ValueError(f"{rel}: a vlen-utf8 chunk declaring other than {items[name]} items")
+        except ValueError as err:
+            raise Refused(str(err)) from None
+
+
+def compressors(name: str, chain: list[str]) -> list[str]:
+    """The bytes-to-bytes codecs of array ``name``'s ``chain`` where the size of what they decode
+    can be checked first (``declared_size``): at most one of blosc, zstd and gzip, then crc32c or
+    not (a chain of several, or another codec, could inflate unchecked: a gzip chunk of 0.3 MB once
+    inflated to 300 MB); ``Refused`` otherwise."""
+    rest = chain[1:] if chain[:1] == ["transpose"] else chain
+    if rest[:1] not in (["bytes"], ["vlen-utf8"]):
+        raise Refused(f"{name}: codecs {chain} (an array is bytes or vlen-utf8, then blosc or zstd, then crc32c)")
+    rest = rest[1:]
+    if rest[-1:] == ["crc32c"]:
+        rest = rest[:-1]
+    if len(rest) > 1 or (rest and rest[0] not in ("blosc", "zstd", "gzip")):
+        raise Refused(f"{name}: codecs {chain}: only one of blosc, zstd or gzip, then crc32c, are read (the "
+                      "sizes of what they decode are checked first)")
+    return [*rest, *(["crc32c"] if chain[-1:] == ["crc32c"] else [])]
 
 
 def _fill_value(name: str, dtype: np.dtype, value: Any) -> Any:

@@ -519,6 +519,63 @@ def test_a_shape_bomb_on_the_fallback_reader_is_refused_before_decoding(tmp_path
     assert seconds < 1.0 and peak < 200
 
 
+def _v2_row_chunk(out: Path, codecs: list[dict[str, Any]], data: bytes) -> None:
+    """eps with v2 chunk keys (zarr's reader then reads the store, lookup's row reader does not) and
+    ``codecs``; its row 1 chunk, ``eps/1.0.0.0``, holds ``data``."""
+    meta = json.loads((out / "zarr.json").read_text())
+    m = meta["consolidated_metadata"]["metadata"]["eps"]
+    m["chunk_key_encoding"] = {"name": "v2", "configuration": {"separator": "."}}
+    m["codecs"] = codecs
+    (out / "zarr.json").write_text(json.dumps(meta))
+    (out / "eps" / "1.0.0.0").write_bytes(data)
+
+
+def gzip_chunk(out: Path, table: object) -> None:
+    """A gzip chunk of 0.3 MB inflating to 300 MB: gzip declares no size to check first."""
+    import gzip
+
+    _v2_row_chunk(out, [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
+                  gzip.compress(bytes(300 << 20), 1))
+
+
+def v2_blosc_bomb(out: Path, table: object) -> None:
+    """The blosc bomb under v2 chunk keys, whose files the check of declared sizes did not see."""
+    blosc_bomb(out, table)
+    meta = json.loads((out / "zarr.json").read_text())
+    codecs = meta["consolidated_metadata"]["metadata"]["eps"]["codecs"]
+    bomb_bytes = (out / "eps" / "c" / "1" / "0" / "0" / "0").read_bytes()
+    shutil.rmtree(out / "eps" / "c")  # the bomb's row alone, where v2 keys put it
+    _v2_row_chunk(out, codecs, bomb_bytes)
+
+
+def vlen_items_bomb(out: Path, table: object) -> None:
+    """The params chunk (v2 keys) a 2^31-item vlen-utf8 header, zstd-compressed: numcodecs makes
+    the object array of that many items (16 GiB) before it reads one."""
+    from numcodecs import zstd
+
+    meta = json.loads((out / "zarr.json").read_text())
+    meta["consolidated_metadata"]["metadata"]["params"]["chunk_key_encoding"] = {
+        "name": "v2", "configuration": {"separator": "."}}
+    (out / "zarr.json").write_text(json.dumps(meta))
+    shutil.rmtree(out / "params" / "c")
+    data = zstd.compress((2**31).to_bytes(4, "little") + bytes(64), 1)
+    (out / "params" / "0").write_bytes(data + crc32c(data).to_bytes(4, "little"))
+
+
+@pytest.mark.parametrize("bomb", [gzip_chunk, v2_blosc_bomb, vlen_items_bomb])
+def test_bombs_for_zarrs_reader_are_refused_before_decoding(tmp_path: Path, cache: Path,
+                                                           bomb: Callable[[Path, object], None]) -> None:
+    out = forge(tmp_path, bomb)
+    lookup.table._OPEN.clear()
+
+    def use() -> None:
+        with pytest.raises(TableError, match="reading limits"):
+            lookup.open_table(out, verified=False)
+
+    seconds, peak = _bounded(use)
+    assert seconds < 1.0 and peak < 200
+
+
 def test_a_device_file_exported_from_a_table_made_in_python_is_not_recorded(tmp_path: Path, cache: Path) -> None:
     """``export_device`` given a Table object nothing vouched for (made by ``from_arrays``, every eps
     0) once recorded the file as built here: read_device then answered 0 as certified."""
