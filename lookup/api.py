@@ -381,10 +381,11 @@ def _numbers(name: str, value: Any) -> np.ndarray:
 
 
 N_LIMIT = 10**18  # the largest n answered anywhere: tablegen.limits.N_LIMIT, the live engine's (a test checks)
+EPS0_MIN = 1e-6  # the smallest eps0 answered anywhere: tablegen.limits.EPS0_MIN (a test checks)
 # comparisons only (NaN fails them, a < inf is finiteness), so the same test serves a Python float
 # without building an array (the scalar hot path) and an array
 DOMAIN = {
-    "eps0": (lambda a: (a > 0) & (a < math.inf), "> 0 and finite"),
+    "eps0": (lambda a: (a >= EPS0_MIN) & (a < math.inf), ">= 1e-06 and finite"),
     "eps": (lambda a: (a >= 0) & (a < math.inf), ">= 0 and finite"),
     "n": (lambda a: (a >= 1) & (a <= N_LIMIT) & (a == a // 1), "an integer in [1, 1e18]"),
     "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),

@@ -44,7 +44,7 @@ from starlette.routing import Route
 import lookup
 from lookup import live as live_engine
 from lookup import slices
-from lookup.api import KEYS, finite, json_ready, loose, parse_max_slack
+from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
 from lookup.pool import Busy, Pool, worker_table
@@ -52,9 +52,6 @@ from lookup.table import Table, TableError, open_table
 
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
 MAX_URL = 2048
-# the engine's arithmetic at eps0 near 1e-12 and below loses e^eps0 - 1 (eps0 = 1e-30, n = 1 answered
-# 1e-39, below the exact eps0): the service refuses eps0 below this, table or live (one rule to publish)
-EPS0_MIN = 1e-6
 CATEGORIES_MAX = 10**8  # k, g, domain: tablegen.limits.CATEGORIES_MAX (a test keeps them equal)
 ENDPOINTS = {
     "/v1/eps": ("eps", ("eps0", "n", "delta")),

@@ -28,6 +28,8 @@ has the corner cases before and after): see the constants' comments.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tablegen import validate
 
 # the engine evaluates n up to N_MAX itself: beyond, the spectral path's period K (about 20 sd of
@@ -55,6 +57,12 @@ EPS0_MAX = 20.0
 # U e^(eps0/2): 5e-8 at eps0 = 40, all digits at 73 (measured: RAPPOR's lower-bound pair divides by 0
 # at eps0 = 300)
 EPS0_LIMIT = 40.0
+# below EPS0_MIN the engine is not certified: its laws are built from e^eps0 in doubles, which
+# loses e^eps0 - 1 as eps0 falls (measured 2026-11-26, generic and binary k-RR at n = 1 against the
+# exact eps = log1p(expm1(eps0) - delta (e^eps0 + 1)), delta 1e-300: 0.2% below it at eps0 = 1e-13,
+# 1.2% at 1e-14, 1e-9 of it from 1e-16 on; exact to 1e-9 relative from 1e-12 up).  1e-6 keeps six
+# orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6)
+EPS0_MIN = 1e-6
 # eps0 itself is answered above EPS0_MAX when the lower bound is at least (1 - EPS0_NEAR) eps0
 EPS0_NEAR = 0.01
 # k of k-RR, g of OLH and the finite domain size (tablegen/mechanisms/frequency.py): k = 1e8 took at
@@ -145,11 +153,19 @@ def checked_n(n: float) -> int:
 
 
 def checked_eps0(eps0: float) -> float:
-    """eps0 as a float in (0, EPS0_LIMIT] (ValueError naming eps0 and the range otherwise)."""
+    """eps0 as a float in [EPS0_MIN, EPS0_LIMIT] (ValueError naming eps0 and the range otherwise)."""
     value = validate.positive_finite("eps0", eps0)
     if value > EPS0_LIMIT:
-        raise ValueError(f"eps0 must be in (0, {EPS0_LIMIT:g}] (the engine evaluates eps0 <= {EPS0_MAX:g}; above "
-                         f"it only eps0 itself is answered, where a lower bound proves it close), got eps0={eps0!r}")
+        raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_LIMIT:g}] (the engine evaluates eps0 <= "
+                         f"{EPS0_MAX:g}; above it only eps0 itself is answered, where a lower bound proves it close), "
+                         f"got eps0={eps0!r}")
+    return _at_least_eps0_min(value, eps0)
+
+
+def _at_least_eps0_min(value: float, given: Any) -> float:
+    if value < EPS0_MIN:
+        raise ValueError(f"eps0 must be at least {EPS0_MIN:g} (below it the engine's double-precision laws are not "
+                         f"certified; docs/engine.md, Supported domain), got eps0={given!r}")
     return value
 
 
@@ -158,8 +174,8 @@ def engine_eps0(eps0: float) -> float:
     range otherwise; the public functions answer some eps0 above it first, ``accountant.py``)."""
     value = validate.positive_finite("eps0", eps0)
     if value > EPS0_MAX:
-        raise ValueError(f"eps0 must be in (0, {EPS0_MAX:g}] for the live engine, got eps0={eps0!r}")
-    return value
+        raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_MAX:g}] for the live engine, got eps0={eps0!r}")
+    return _at_least_eps0_min(value, eps0)
 
 
 def engine_n(n: int) -> int:

@@ -40,7 +40,7 @@ def test_errors(table_path: Path) -> None:
     t = str(table_path)
     code, _, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "0", "--n", "50", "--delta", "1e-6",
                        "--table", t)
-    assert code == 2 and "eps0 must be > 0" in err
+    assert code == 2 and "eps0 must be >= 1e-06" in err
     code, _, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "9", "--n", "50", "--delta", "1e-6",
                        "--table", t, "--no-live")
     assert code == 3 and "covers: mechanisms krr k=3, generic" in err

@@ -23,7 +23,7 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--mechanism", "krr", "--k", "3", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in (0, 40]"),
+    (["--mechanism", "krr", "--k", "3", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in [1e-06"),
     (["--mechanism", "laplace", "--eps0", "25", "--n", "1e6", "--delta", "1e-8"], "eps0 <= 20"),
     (["--mechanism", "laplace", "--eps0", "1", "--n", "1e19", "--delta", "1e-8"], "n must be an integer in"),
     (["--mechanism", "krr", "--k", "10", "--eps0", "2", "--n", "1e30", "--delta", "1e-8"], "n must be an integer in"),
@@ -34,7 +34,7 @@ def test_cli_refusals_exit_2(table_path: Path, args: list[str], expected: str) -
 
 
 def test_library_raises_value_error_naming_eps0(table_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"eps0 must be in \(0, 40\]"):
+    with pytest.raises(ValueError, match=r"eps0 must be in \[1e-06, 40\]"):
         lookup.eps("krr", eps0=50.0, n=1e6, delta=1e-8, k=3, table=str(table_path))
 
 
@@ -60,7 +60,7 @@ def test_eps0_near_the_local_guarantee_is_answered(table_path: Path) -> None:
 
 def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
     base = start_server("--live-workers", "1").base  # the real server (lookup serve) in a subprocess
-    for query, expected in [("mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", "eps0 must be in (0, 40]"),
+    for query, expected in [("mechanism=krr&k=3&eps0=50&n=1e6&delta=1e-8", "eps0 must be in [1e-06, 40]"),
                             ("mechanism=laplace&eps0=25&n=1e6&delta=1e-8", "eps0 <= 20")]:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{base}/v1/eps?{query}", timeout=60)
@@ -70,10 +70,13 @@ def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
 
 def test_one_largest_n_for_table_and_engine() -> None:
     """lookup refuses n beyond the live engine's limit even where the table's edge could answer."""
-    from lookup.api import N_LIMIT
+    from lookup.api import EPS0_MIN, N_LIMIT
+    from tablegen.limits import EPS0_MIN as ENGINE_EPS0_MIN
     from tablegen.limits import N_LIMIT as ENGINE_N_LIMIT
 
-    assert N_LIMIT == ENGINE_N_LIMIT
+    assert N_LIMIT == ENGINE_N_LIMIT and EPS0_MIN == ENGINE_EPS0_MIN
+    with pytest.raises(ValueError, match="eps0 must be >= 1e-06"):  # the engine is not certified below
+        lookup.eps("krr", eps0=1e-7, n=100, delta=1e-8, k=10)
     lookup.eps("krr", eps0=2.0, n=float(N_LIMIT), delta=1e-8, k=10)
     with pytest.raises(ValueError, match="n must be an integer in"):
         lookup.eps("krr", eps0=2.0, n=2e18, delta=1e-8, k=10)

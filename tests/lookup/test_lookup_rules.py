@@ -95,7 +95,7 @@ def test_off_grid_goes_live_or_explains_coverage(table_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(eps0=-1.0, n=40, delta=1e-6), "eps0 must be > 0"),
+        (dict(eps0=-1.0, n=40, delta=1e-6), "eps0 must be >= 1e-06"),
         (dict(eps0=1.0, n=40.5, delta=1e-6), "n must be an integer in \\[1, 1e18\\]"),
         (dict(eps0=1.0, n=40, delta=1.5), "delta must be in (0, 1)"),
         (dict(eps0=[1.0, 2.0], n=[40, 50, 60], delta=1e-6), "do not broadcast"),

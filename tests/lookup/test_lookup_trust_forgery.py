@@ -534,8 +534,8 @@ def gzip_chunk(out: Path, table: object) -> None:
     """A gzip chunk of 0.3 MB inflating to 300 MB: gzip declares no size to check first."""
     import gzip
 
-    _v2_row_chunk(out, [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
-                  gzip.compress(bytes(300 << 20), 1))
+    codecs = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}]
+    _v2_row_chunk(out, codecs, gzip.compress(bytes(300 << 20), 1))
 
 
 def v2_blosc_bomb(out: Path, table: object) -> None:

@@ -33,10 +33,12 @@ def _no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(("call", "name", "allowed"), [
-    (lambda: eps_bounds("krr", eps0=50, n=10**6, delta=1e-8, k=10), "eps0", "(0, 40]"),
-    (lambda: eps_bounds("generic", eps0=1e3, n=10**6, delta=1e-8), "eps0", "(0, 40]"),
-    (lambda: delta_bounds("krr", eps0=41, n=10**6, eps=1.0, k=10), "eps0", "(0, 40]"),
+    (lambda: eps_bounds("krr", eps0=50, n=10**6, delta=1e-8, k=10), "eps0", "[1e-06, 40]"),
+    (lambda: eps_bounds("generic", eps0=1e3, n=10**6, delta=1e-8), "eps0", "[1e-06, 40]"),
+    (lambda: delta_bounds("krr", eps0=41, n=10**6, eps=1.0, k=10), "eps0", "[1e-06, 40]"),
     (lambda: eps_bounds("krr", eps0=1, n=1e19, delta=1e-8, k=10), "n", "[1, 1000000000000000000]"),
+    (lambda: eps_bounds("generic", eps0=1e-100, n=1, delta=5e-324), "eps0", "at least 1e-06"),
+    (lambda: delta_bounds("krr", eps0=1e-13, n=5, eps=1e-14, k=2), "eps0", "at least 1e-06"),
     (lambda: eps_bounds("krr", eps0=1, n=10**6, delta=1e-8, k=10**9), "k", "[2, 100000000]"),
     (lambda: eps_bounds("laplace", eps0=25, n=10**6, delta=1e-8), "eps0", "eps0 <= 20"),
     (lambda: eps_bounds("hr", eps0=30, n=10**6, delta=1e-8), "eps0", "eps0 <= 20"),
@@ -66,7 +68,7 @@ def test_costly_joint_products_are_refused_before_they_are_built(monkeypatch: py
 
 
 def test_the_engine_itself_refuses_eps0_above_its_range() -> None:
-    with pytest.raises(ValueError, match=r"eps0 must be in \(0, 20\]"):
+    with pytest.raises(ValueError, match=r"eps0 must be in \[1e-06, 20\]"):
         accountant.Query("krr", 20.5, 100, {"k": 10})
 
 
@@ -192,7 +194,7 @@ def run(*args: str) -> Any:
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--mechanism", "krr", "--k", "10", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in (0, 40]"),
+    (["--mechanism", "krr", "--k", "10", "--eps0", "50", "--n", "1e6", "--delta", "1e-8"], "eps0 must be in [1e-06"),
     (["--mechanism", "laplace", "--eps0", "25", "--n", "1e6", "--delta", "1e-8"], "eps0 <= 20"),
     (["--mechanism", "krr", "--k", "10", "--eps0", "1", "--n", "1e19", "--delta", "1e-8"], "n must be an integer in"),
     (["--mechanism", "krr", "--k", "1e9", "--eps0", "1", "--n", "1e6", "--delta", "1e-8"], "k must be an integer in"),
@@ -214,3 +216,14 @@ def test_cli_answers_beyond_the_engine_with_labels() -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["eps"] == 25.0 and 24.75 <= data["eps_lower"] <= 25.0 and "eps0" in data["bound"]
+
+
+@pytest.mark.parametrize("eps0", [1e-6, 3e-6, 1e-5, 1e-4, 1e-3])
+@pytest.mark.parametrize("delta", [1e-300, 1e-12])
+def test_smallest_eps0_certified_against_binary_rr_at_one_user(eps0: float, delta: float) -> None:
+    """At n = 1 the exact eps of binary randomized response is log1p(expm1(eps0) - delta (e^eps0 + 1))
+    (its hockey-stick divergence (e^eps0 - e^eps)/(e^eps0 + 1) = delta): from EPS0_MIN up the
+    certified value is never below it (below EPS0_MIN the double-precision laws fell short)."""
+    exact = math.log1p(math.expm1(eps0) - delta * (math.exp(eps0) + 1))
+    bounds = eps_bounds("krr", eps0=eps0, n=1, delta=delta, k=2)
+    assert bounds.upper >= exact * (1 - 1e-12) and bounds.lower <= exact * (1 + 1e-12)
