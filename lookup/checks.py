@@ -1,4 +1,4 @@
-"""What a reader checks in a table before it answers from it (DESIGN.md section 5, "Artefacts").
+"""What a reader checks in a table before it answers from it (docs/trust.md, docs/soundness.md).
 
 A table carries certified numbers only if it is the table its builder wrote; a manifest proves
 that the files are those it lists, not that they are right (a manifest rewritten to match a

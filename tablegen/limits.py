@@ -3,7 +3,7 @@
 An input inside the limits below is answered in bounded memory and time; one outside them is
 refused with a ``ValueError`` naming the parameter and its allowed range before anything large
 is allocated.  Two extensions answer beyond the engine's own range, each with a certified
-value (DESIGN.md sections 2 and 3; ``engine/accountant.py`` applies them):
+value (docs/engine.md and docs/soundness.md; ``engine/accountant.py`` applies them):
 
 * ``n > N_MAX`` (up to ``N_LIMIT``): the exact eps is non-increasing in n (a further user's
   report, shuffled in, is a post-processing), so the engine's certified value at ``N_MAX`` is

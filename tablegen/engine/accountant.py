@@ -577,7 +577,7 @@ def _eps_upper(q: Query, delta: float, rtol: float) -> float:
     convex in alpha = e^eps (a hockey-stick divergence; for each decomposition
     (1/n) E[(sum_i U_i - alpha V_i)_+] is an expectation of a convex function of alpha, and the
     extra delta0 term is linear in alpha), so the chord through the two evaluated upper points
-    lies above it: where the chord meets delta is certified (DESIGN.md section 3) and at most b.
+    lies above it: where the chord meets delta is certified (docs/soundness.md) and at most b.
     It is returned when its own evaluation certifies it too (so that delta_bounds at the answer
     is <= delta, as users check), else b.
     """

@@ -15,7 +15,7 @@ once per ladder point and reused by every n that needs it.
    declines goes to the FFT path for n <= ``FFT_N_MAX`` and counts as failing (inf) beyond.
 3. The answer is where the chord through the two evaluated upper points, in (alpha = e^eps,
    delta), meets delta: the exact delta is convex in alpha, so the chord lies above it and the
-   answer is certified (DESIGN.md section 3); it is at most e_j, and within about 0.1% of the
+   answer is certified (docs/soundness.md); it is at most e_j, and within about 0.1% of the
    curve for a 1% ladder.
 
 Mechanisms the spectral path does not cover (an extra delta term, laws with more than

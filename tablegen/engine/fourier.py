@@ -1,6 +1,6 @@
 """Bounds on E[S_+] for S = G_1 + ... + G_n from the rounded lattice law, via one FFT pair.
 
-Method (DESIGN.md section 2; all quantities in lattice units):
+Method (docs/engine.md; all quantities in lattice units):
 
 1. G' = randomized rounding of G (``lattice.py``): E[S'_+] >= E[S_+], no mean shift.
 2. Tilt by the saddlepoint lambda: E[S'_+] = M(lambda)^n E_lambda[S'_+ e^(-lambda S')].

@@ -1,6 +1,6 @@
 """Mean-preserving randomized rounding of G onto a lattice, and exponential tilting.
 
-Rounding rule (certified, DESIGN.md section 2): an atom at x = value/step lying between the
+Rounding rule (certified, docs/engine.md): an atom at x = value/step lying between the
 integers k and k + 1 is replaced by k with probability 1 - t and k + 1 with probability t,
 t = x - k.  The rounded G' = G + eta with E[eta | G] = 0, so S' = S + N is a mean-preserving
 spread of S and, (.)_+ being convex, E[S'_+] >= E[S_+] (Jensen conditionally on G): an upper

@@ -8,7 +8,7 @@ model, never from the engine's code paths:
 * ``worst_divergence``: brute force of the real shuffle model: for every dataset pair differing
   in user 1 (the other users' inputs arbitrary), the exact law of the multiset of outputs and the
   hockey-stick divergence in both directions;
-* the laws of G of Table 1 (general-clone-fft.txt), of the standard clone (DESIGN.md section 1),
+* the laws of G of Table 1 (Su-Cheng-Wang, arXiv:2504.07414), of the standard clone (docs/engine.md),
   the Theorem 5 lower-bound laws written out by hand, and the Laplace mechanism's law from the
   paper's Appendix C CDF and from the model R(x) = x + Lap(1/eps0) by quadrature.
 """
@@ -125,7 +125,7 @@ def krr_lower_laws(eps0: float, eps: float, k: int):
 
 
 def clone_law(eps0: float, eps: float):
-    """The 3-atom standard-clone law of DESIGN.md section 1 (hiding-among-the-clones Thm 3.2)."""
+    """The 3-atom standard-clone law of docs/engine.md (hiding-among-the-clones Thm 3.2)."""
     b, a = math.exp(eps0), math.exp(eps)
     return [2 * b * (b - a) / (b + 1), 2 * b * (1 - a * b) / (b + 1), 0.0], [1 / (2 * b), 1 / (2 * b), 1 - 1 / b]
 

@@ -5,7 +5,7 @@
    certified delta must be >= the worst case, the lower bound <= it.
 2. Exact (1/n) E[(G_1 + ... + G_n)_+] by enumeration of multinomial counts for the laws of G
    written out from the papers (Table 1 of general-clone-fft.txt, the standard clone of
-   DESIGN.md, Theorem 5 laws), for n up to 150: the certified value is an upper bound and tight,
+   Su-Cheng-Wang arXiv:2504.07414, Theorem 5 laws), for n up to 150: the certified value is an upper bound and tight,
    the lower bound is below the exact value of its pair.
 """
 
@@ -38,7 +38,7 @@ from tablegen.engine import delta_bounds, proves_above
 
 EPS_FRACTIONS = (0.1, 0.3, 0.6)  # eps as a fraction of eps0
 ABS = 1e-15  # absolute slack allowed above an exact value (the engine adds ~1e-16 of rounding slack)
-TIGHT = 5e-3  # relative excess of the certified delta over the exact one (DESIGN.md: 0.5%)
+TIGHT = 5e-3  # relative excess of the certified delta over the exact one (the design target: 0.5%)
 
 
 def _certified(name: str, eps0: float, n: int, eps: float, **params) -> tuple[float, float | None]:
@@ -218,7 +218,7 @@ def test_upper_bound_against_exact_sum(mech, params, law):
             assert upper <= exact * (1 + TIGHT) + ABS, (mech, params, eps0, eps, n, upper, exact)
 
 
-# far tails and large eps0: tightness is stated in eps (DESIGN.md: ~0.5% of e^eps - 1)
+# far tails and large eps0: tightness is stated in eps (the design target: ~0.5% of e^eps - 1)
 TAIL_CASES = [(1.0, 0.7), (4.0, 0.6), (6.0, 0.5)]
 
 

@@ -1,4 +1,4 @@
-"""Structural properties of the certified answers (DESIGN.md sections 1-3).
+"""Structural properties of the certified answers (docs/engine.md, docs/soundness.md).
 
 * eps(delta): lower <= upper <= eps0; the certified eps is a point where the certified delta is
   <= delta, and it is non-decreasing in eps0, non-increasing in n and in delta (up to the search

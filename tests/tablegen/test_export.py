@@ -3,7 +3,7 @@
 Checked here: the stored values are the engine's certified ones at the stored n (rounded up to
 float32), the stored n meet max_slack, every answer from a file is at least the exact eps of the
 analysis (k-RR blanket law and the generic clone law, by exact sums at moderate n, from
-``shuffle_reference``: DESIGN.md section 3 makes eps0 rounded up, n rounded down and the chord in
+``shuffle_reference``: docs/soundness.md makes eps0 rounded up, n rounded down and the chord in
 delta sound, and this checks it end to end), and what a file cannot answer is refused, by the
 readers and by ``lookup eps --no-live``.
 """

@@ -125,7 +125,7 @@ def test_laws_have_mean_one_minus_e_eps(name, params):
 
 @pytest.mark.parametrize("name,params", CONFIGS, ids=CONFIG_IDS)
 def test_upper_laws_lie_in_the_ldp_range(name, params):
-    """A blanket law of an eps0-LDP randomizer lies in [1 - e^(eps0+eps), e^eps0 - e^eps] (DESIGN.md
+    """A blanket law of an eps0-LDP randomizer lies in [1 - e^(eps0+eps), e^eps0 - e^eps] (docs/engine.md
     section 2).  Not the standard clone, whose atoms are scaled by 2 e^eps0 / (e^eps0 + 1)."""
     if name == "generic" or "generic" in str(params.get("bases", "")):
         pytest.skip("clone law: atoms outside the blanket range by design")
@@ -339,7 +339,7 @@ def test_laplace_lower_is_a_mean_preserving_contraction(eps0):
 )
 def test_domain_option_is_no_looser_and_approaches_table1(name, params):
     """Exact small-domain decompositions certify a delta <= the domain-free one (Table 1), and
-    the gap shrinks as the domain grows (DESIGN.md section 1)."""
+    the gap shrinks as the domain grows (docs/engine.md)."""
     kw = {"eps0": 1.0, "n": 500, "eps": 0.2, "lower": False}
     free = delta_bounds(name, **kw, **params).upper
     small = delta_bounds(name, domain=3, **kw, **params).upper
