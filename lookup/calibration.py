@@ -7,6 +7,15 @@ independent noise, a post-processing, for n' <= n).  So on loading p is made mon
 (maximum over stricter grid targets), and a query takes the grid value at (eps rounded DOWN,
 n rounded DOWN, delta rounded DOWN): p can only be rounded toward more noise.  Targets below
 the grid (or cells without a certified p) are calibrated live by the engine.
+
+Provenance (issue 37, docs/trust.md): a calibration table is answered from only if
+``lookup.trust`` can say where it came from, as a mechanism table: shipped (its digest pinned
+in ``lookup.trust.PINNED``), built on this machine (``tablegen build-calibration`` records
+what it wrote), or signed by a trusted key (``tablegen sign TABLE --key KEY``); ``tablegen
+verify --full`` does not recompute calibration tables, so the fourth way is to rebuild it here.
+Anything else is refused, or opened on request (``open_calibration(path, verified=False)``,
+``lookup calibrate --unverified``) with its table answers labelled ``"certified": false``.
+No spot check runs (no engine check of a stored p exists in ``lookup.trust``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from lookup import trust
 from lookup.api import Answer
 from lookup.table import TableError, open_store, shipped_table
 
@@ -32,12 +42,21 @@ class CalibrationTable:
     n: np.ndarray
     delta: np.ndarray
     p: np.ndarray  # monotone: max over stricter grid targets, NaN where none
+    digest: str = ""  # lookup.trust.listing_digest of the manifest listing read with the files
+    provenance: str = ""  # "shipped", "built", "signed", "verified" or "unverified" (lookup.trust)
+    certified: bool = False  # True once lookup.trust vouches for it (open_calibration)
 
 
-def open_calibration(path: str | Path | None = None) -> CalibrationTable:
-    """The calibration table at ``path`` (default: ``$SHUFFLE_EPS_PROTOCOL_TABLE`` or the shipped one)."""
+def open_calibration(path: str | Path | None = None, verified: bool = True) -> CalibrationTable:
+    """The calibration table at ``path`` (default: ``$SHUFFLE_EPS_PROTOCOL_TABLE`` or the shipped
+    one), answered from only if ``lookup.trust`` vouches for it (shipped, built here, signed by a
+    trusted key); else TableError naming the ways to make it trusted, or with ``verified=False``
+    opened with ``certified`` False (its table answers labelled so)."""
     path = Path(path or os.environ.get(ENV_TABLE) or shipped_table("protocols.zarr"))
-    return open_store(path, _load, "build one with `tablegen build-calibration`")
+    table = open_store(path, _load, "build one with `tablegen build-calibration`")
+    table.provenance = trust.established(path, table.digest, verified)
+    table.certified = table.provenance != "unverified"
+    return table
 
 
 def _load(path: str, group: Any) -> CalibrationTable:
@@ -45,12 +64,17 @@ def _load(path: str, group: Any) -> CalibrationTable:
     for axis in (1, 2, 3):  # p at a stricter target (smaller eps, n, delta) holds here too
         p = np.fmax.accumulate(p, axis=axis)
     return CalibrationTable(path, [str(x) for x in group["protocol"][...]], np.asarray(group["eps"][...], float),
-                            np.asarray(group["n"][...], float), np.asarray(group["delta"][...], float), p)
+                            np.asarray(group["n"][...], float), np.asarray(group["delta"][...], float), p,
+                            trust.listing_digest(group.listed))  # the listing verified with the files
 
 
-def calibrate(protocol: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True) -> Answer:
-    """Largest certified p (least noise) for (eps, delta)-DP with n users; arrays broadcast."""
-    t = table if isinstance(table, CalibrationTable) else open_calibration(table)
+def calibrate(protocol: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
+              verified: bool = True) -> Answer:
+    """Largest certified p (least noise) for (eps, delta)-DP with n users; arrays broadcast.
+    ``table``: a path or a ``CalibrationTable`` from ``open_calibration`` (one not from there,
+    ``certified`` False, is answered from with its answers labelled so); ``verified=False``
+    answers from a table nothing vouches for, its table answers labelled ``certified`` False."""
+    t = table if isinstance(table, CalibrationTable) else open_calibration(table, verified)
     e, m, d = (np.asarray(v, dtype=float) for v in (eps, n, delta))
     shape = np.broadcast_shapes(e.shape, m.shape, d.shape)
     e, m, d = (np.broadcast_to(v, shape).ravel() for v in (e, m, d))
@@ -81,7 +105,7 @@ def calibrate(protocol: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
 
     source = np.where(todo, "live", "table")
     return Answer(out(value), out(np.full(value.size, np.nan)), out(source), {k: out(v) for k, v in corner.items()},
-                  out(np.full(value.size, np.nan)), out(np.zeros(value.size, bool)))
+                  out(np.full(value.size, np.nan)), out(np.zeros(value.size, bool)), out(todo | t.certified))
 
 
 __all__ = ["CalibrationTable", "calibrate", "open_calibration"]

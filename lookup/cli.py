@@ -115,12 +115,16 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
 @click.option("--table", default=None, help="calibration table (default: the shipped one)")
 @click.option("--no-live", is_flag=True, help="never compute live: fail off the grid instead")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, no_live: bool, as_json: bool) -> None:
+@click.option("--unverified", is_flag=True,
+              help='answer from a table nothing vouches for, labelled "certified": false (docs/trust.md)')
+def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, no_live: bool, as_json: bool,
+              unverified: bool) -> None:
     """Largest certified p (least noise) of a shuffled-histogram protocol, rounded toward more noise."""
     def run() -> dict[str, Any]:
         a = lookup.calibrate(mechanism, eps=parse_number("eps", eps_), n=parse_number("n", n),
-                             delta=parse_number("delta", delta), table=table, live=not no_live)
-        return {"p": a.value, "certified": True, "source": a.source, "corner": a.corner}
+                             delta=parse_number("delta", delta), table=table, live=not no_live,
+                             verified=not unverified)
+        return {"p": a.value, "certified": bool(a.certified), "source": a.source, "corner": a.corner}
 
     _answer(run, as_json)
 

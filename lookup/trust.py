@@ -57,6 +57,7 @@ from typing import Any, NoReturn
 # SHA-256 of the manifest listing (``listing_digest``) of each table this package ships
 PINNED = {
     "bf90a689472f1ac4fd932f06034bc77f3d8a57af6046e75f0b1a6f0ae6d61a89": "default.zarr",
+    "0bb439e405e03dcceea7b7c634920f028e41559636f8de33df24c581592e25d1": "protocols.zarr",
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
 ENV_KEYS = "SHUFFLE_EPS_TRUSTED_KEYS"
@@ -115,6 +116,21 @@ def provenance(path: str | Path, digest: str) -> tuple[str | None, str]:
     return how, "" if how else "not shipped, built, signed or fully verified here"
 
 
+def established(path: str | Path, digest: str, verified: bool = True) -> str:
+    """The provenance of the artefact at ``path`` whose files have ``digest`` (``provenance``),
+    ``"unverified"`` where nothing vouches for it and ``verified`` is False.  TableError: refuted
+    in this process, or nothing vouches for it and ``verified`` (the message names the four ways)."""
+    from lookup.table import TableError
+
+    if digest in _REFUTED:
+        raise TableError(_REFUTED[digest])
+    how, why = provenance(path, digest)
+    if how is None and verified:
+        raise TableError(f"{path}: refused, nothing vouches for it ({why}). A table is answered from only if "
+                         f"it was {WAYS}")
+    return how or "unverified"
+
+
 def vouch(table: Any, digest: str, verified: bool = True) -> None:
     """Set ``table.provenance`` and ``table.certified`` for a table (or device file) whose files
     have ``digest``, and spot-check it (``spot_check``) unless it is shipped.  TableError: refuted
@@ -122,13 +138,8 @@ def vouch(table: Any, digest: str, verified: bool = True) -> None:
     check fails (its record forgotten)."""
     from lookup.table import TableError
 
-    if digest in _REFUTED:
-        raise TableError(_REFUTED[digest])
-    how, why = provenance(table.path, digest)
-    if how is None and verified:
-        raise TableError(f"{table.path}: refused, nothing vouches for it ({why}). A table is answered from only if "
-                         f"it was {WAYS}")
-    table.provenance, table.certified = how or "unverified", how is not None
+    how = established(table.path, digest, verified)
+    table.provenance, table.certified = how, how != "unverified"
     if how == "shipped":
         return  # released with this package: no engine time at open
     try:

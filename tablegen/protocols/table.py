@@ -4,7 +4,9 @@ Variable ``p``: the largest noise parameter certified (eps, delta)-DP for n user
 (``accounting.calibrate``), NaN where no p in (1/2, 1) exists.  Same store format as the eps
 tables (CF attributes, zstd + crc32c chunks, SHA-256 manifest, atomic publish).  The build is
 resumable: each (protocol, eps) slice is written to ``OUT.staging/`` atomically as it finishes,
-and a rerun of the same spec computes only the missing slices.  Spec::
+and a rerun of the same spec computes only the missing slices.  A published table is recorded as
+built on this machine (``lookup.trust.record_built``, by the digest ``store.publish`` returns),
+so ``lookup.calibrate`` answers from it here (docs/trust.md).  Spec::
 
     title = "..."
     [axes]
@@ -27,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from lookup.trust import record_built
 from tablegen import __version__, store
 from tablegen.build import progress_bar
 from tablegen.protocols.accounting import PROTOCOLS, VERSION, calibrate
@@ -99,8 +102,9 @@ def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progre
         store.atomic_write(staging / f"{r}_{e}.npy", buffer.getvalue())
     values = np.stack([_load_slice(staging / f"{r}_{e}.npy") for r, e in slices])
     values = values.reshape(len(PROTOCOLS), axes["eps"].size, axes["n"].size, axes["delta"].size)
-    store.publish(_dataset(values, axes, spec, header, f"tablegen build-calibration --spec {spec_path} --out {out}"),
-                  out)
+    digest = store.publish(_dataset(values, axes, spec, header,
+                                    f"tablegen build-calibration --spec {spec_path} --out {out}"), out)
+    record_built(out, digest)  # lookup.trust: the digest of what publish wrote, never re-read from out
     store.remove_staging(staging)
     return {"out": str(out), "cells": int(values.size), "computed": len(todo), "skipped": len(slices) - len(todo),
             "without_p": int(np.isnan(values).sum())}

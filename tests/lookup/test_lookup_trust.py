@@ -145,10 +145,13 @@ def test_spot_checks_draw_every_cell_of_a_small_table_and_random_cells_of_a_larg
 
 
 def test_shipped_tables_are_pinned() -> None:
-    """The pin in lookup/trust.py names the shipped table: republishing data/default.zarr without
-    updating it would refuse it for every user (nothing else vouches for it)."""
-    digest = trust.listing_digest(read_manifest(ROOT / "data" / "default.zarr"))
-    assert trust.PINNED.get(digest) == "default.zarr"
+    """The pins in lookup/trust.py name the shipped tables, the mechanism table and the calibration
+    table (issue 37 review, N1), and nothing else: republishing one of data/ without updating its
+    pin would refuse it for every user (nothing else vouches for it)."""
+    shipped = {trust.listing_digest(read_manifest(store_path)): store_path.name
+               for store_path in sorted((ROOT / "data").glob("*.zarr"))}
+    assert set(shipped.values()) >= {"default.zarr", "protocols.zarr"}
+    assert trust.PINNED == shipped
 
 
 @pytest.fixture()
