@@ -2,6 +2,7 @@
 uvicorn from ``lookup serve`` (``lookup/serve.py``).  Needs the ``serve`` extra.
 
     GET /v1/eps?mechanism=krr&k=10&eps0=2&n=1e6&delta=1e-8[&max_slack=0.05|none][&live=false]
+        [&rounds=365[&sample_rate=0.1]]
     GET /v1/delta?mechanism=generic&eps0=1&n=1e5&eps=0.2
     GET /v1/eps0-max?mechanism=krr&k=10&eps=0.5&n=1e5&delta=1e-8
     GET /v1/info, /healthz, /metrics (Prometheus text format)
@@ -16,7 +17,9 @@ answer go to ``live_workers`` worker processes (``lookup/pool.py``: pebble, each
 its start and ended alone past ``live_timeout``) through a bounded queue (``queue`` admitted;
 beyond it a 503 with ``Retry-After``).  Answers are kept in LRU caches keyed by the canonical
 query, the table and the engine version.  The server computes nothing itself: every number is
-one the library or the engine's slice path answers.
+one the library or the engine's slice path answers.  An eps question with ``rounds`` (T rounds
+composed, ``lookup/composed.py``: 10-20 ms from the table, seconds live) is checked here and
+answered in the live pool whatever its source, as ``lookup eps --rounds T --json`` prints it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass
+from importlib.util import find_spec
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -44,7 +48,7 @@ from starlette.routing import Route
 import lookup
 from lookup import live as live_engine
 from lookup import slices
-from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack
+from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack, parse_number
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
 from lookup.pool import Busy, Pool, worker_table
@@ -53,6 +57,8 @@ from lookup.table import Table, TableError, open_table
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
 MAX_URL = 2048
 CATEGORIES_MAX = 10**8  # k, g, domain: tablegen.limits.CATEGORIES_MAX (a test keeps them equal)
+ROUNDS_MAX = 10**6  # rounds: tablegen.compose.MAX_ROUNDS (a test keeps them equal)
+COMPOSITION = ("rounds", "sample_rate")  # the parameters of /v1/eps alone: T rounds composed
 ENDPOINTS = {
     "/v1/eps": ("eps", ("eps0", "n", "delta")),
     "/v1/delta": ("delta", ("eps0", "n", "eps")),
@@ -103,6 +109,15 @@ def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack:
     """The library's answer with live computation on (runs in a worker process)."""
     answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs)
     return json_ready(kind, answer)
+
+
+def _worker_composed(mechanism: str, kwargs: dict[str, Any], composition: dict[str, Any],
+                     live: bool) -> dict[str, Any]:
+    """``lookup.eps(..., rounds=T[, sample_rate=q])`` as ``lookup eps --rounds T --json`` prints it
+    (runs in a worker process: 10-20 ms from the table, seconds live)."""
+    answer = lookup.eps(mechanism, table=worker_table(), live=live, **kwargs, **composition)
+    body = json_ready("eps", answer, composition["rounds"])
+    return {**body, **({"sample_rate": composition["sample_rate"]} if "sample_rate" in composition else {})}
 
 
 # ---------------------------------------------------------------- refinement that never waits
@@ -288,6 +303,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     refiner = Refiner(settings, background, table, f"{table_tag}/{engine_version}")
     metrics = Metrics()
     validate = _mechanism_validator()
+    composable = live_engine.available() and find_spec("dp_accounting") is not None
 
     def respond(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
         data = json.dumps(finite(body)).encode()
@@ -299,7 +315,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     async def query(request: Request) -> tuple[Response, str]:
         kind, required = ENDPOINTS[request.url.path]
         raw = _single_values(request.scope["query_string"].decode("latin-1"))
-        allowed = {*required, *HELP, "mechanism", "live", "max_slack"}
+        allowed = {*required, *HELP, "mechanism", "live", "max_slack", *(COMPOSITION if kind == "eps" else ())}
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise ValueError(f"unknown parameter {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -317,6 +333,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
             result, lacking = None, err
         validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # the same 400s, table or live
                  {k: v for k, v in kwargs.items() if k not in HELP})
+        composition = _composition(raw, composable)
+        if composition:  # never in the event loop, even from the table: through the live pool's admission
+            body = await live.result(refiner.key(kind, mechanism, {**kwargs, **composition}, allow_live), "answer",
+                                     settings.live_timeout, _worker_composed, mechanism, kwargs, composition,
+                                     allow_live)
+            cache = TABLE_CACHE_CONTROL if body["source"] == "table" else "no-cache"
+            return respond(200, body, {"Cache-Control": cache}), _source(body)
         if lacking is not None:
             if not allow_live or not live_engine.available():
                 raise lacking
@@ -435,6 +458,12 @@ PARAMS = {  # the mechanism parameters' schemas (lookup.params.HELP says what ea
     "bases": {"type": "string", "pattern": f"^({'|'.join(BASES)})(,({'|'.join(BASES)}))*$"},
     "weights": {"type": "string", "pattern": "^[0-9.eE+-]+(,[0-9.eE+-]+)*$"},
 }
+COMPOSED = {  # /v1/eps only (sample_rate without rounds: a 400)
+    "rounds": ("T identical rounds composed (needs the compose extra on the server)",
+               {"type": "integer", "minimum": 1, "maximum": ROUNDS_MAX}),
+    "sample_rate": ("with rounds: probability that each user takes part in a round (live; default 1)",
+                    {"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+}
 NULLABLE = {"type": ["number", "null"]}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -453,7 +482,9 @@ def openapi() -> dict[str, Any]:
         common = {**{n: {**NUMBERS[n][1], "description": NUMBERS[n][0]} for n in required},
                   "live": {"type": "boolean", "description": "true (default): compute live off the table"},
                   "max_slack": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "enum": ["none"]}],
-                                "description": "refine answers whose slack estimate is above this; none: table only"}}
+                                "description": "refine answers whose slack estimate is above this; none: table only"},
+                  **({name: {**COMPOSED[name][1], "description": COMPOSED[name][0]} for name in COMPOSITION}
+                     if kind == "eps" else {})}
         branches = [{"type": "object", "title": name, "additionalProperties": False,
                      "required": ["mechanism", *required, *needs],
                      "properties": {"mechanism": {"const": name}, **common,
@@ -475,7 +506,8 @@ def openapi() -> dict[str, Any]:
             "source": {"type": "string", "enum": ["table", "slice", "certified estimate", "live"]},
             "corner": {"type": "object", "additionalProperties": NULLABLE}, "slack": NULLABLE,
             "edge": {"type": "boolean"}, "refined": {"type": "boolean"},
-            "via": {"type": "string", "enum": ["generic"]}}}
+            "via": {"type": "string", "enum": ["generic"]},
+            **({"rounds": {"type": "integer"}, "sample_rate": {"type": "number"}} if kind == "eps" else {})}}
         responses = {"200": json_body(answer, "certified answer (JSON as `lookup ... --json`; \"refined\": false: "
                                       "the table's, its refinement not ready)"),
                      "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
@@ -533,6 +565,27 @@ def _mechanism_validator() -> Any:
             get_mechanism(mechanism).resolve(params)
 
     return validate
+
+
+def _composition(raw: dict[str, str], composable: bool) -> dict[str, Any]:
+    """``rounds`` (an integer T in [1, ROUNDS_MAX]) and ``sample_rate`` (q in (0, 1], with rounds
+    only) of a query, checked here so that a bad one is a 400 before it is queued; {} for none."""
+    if not set(COMPOSITION) & set(raw):
+        return {}
+    if "rounds" not in raw:
+        raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
+    rounds = parse_number("rounds", raw["rounds"])
+    if not (rounds.is_integer() and 1 <= rounds <= ROUNDS_MAX):
+        raise ValueError(f"rounds must be an integer in [1, {ROUNDS_MAX}], got rounds={raw['rounds']!r}")
+    composition: dict[str, Any] = {"rounds": int(rounds)}
+    if "sample_rate" in raw:
+        rate = parse_number("sample_rate", raw["sample_rate"])
+        if not 0 < rate <= 1:
+            raise ValueError(f"sample_rate must lie in (0, 1], got sample_rate={raw['sample_rate']!r}")
+        composition["sample_rate"] = rate
+    if not composable:
+        raise ValueError("rounds needs the engine and dp-accounting on the server: pip install 'shuffle-eps[compose]'")
+    return composition
 
 
 def _source(body: dict[str, Any]) -> str:

@@ -41,16 +41,19 @@ def test_schemathesis_finds_nothing(start_server: Any, tmp_path: Path) -> None:
 def test_the_schema_names_every_mechanism_the_engine_answers() -> None:
     from lookup import app
     from lookup.app import openapi
+    from tablegen.compose import MAX_ROUNDS
     from tablegen.limits import CATEGORIES_MAX, EPS0_LIMIT
     from tablegen.mechanisms import MECHANISMS
 
     assert app.CATEGORIES_MAX == CATEGORIES_MAX and app.NUMBERS["eps0"][1]["maximum"] == EPS0_LIMIT
+    assert app.ROUNDS_MAX == MAX_ROUNDS
     schema = json.loads(json.dumps(openapi()))
     branches = schema["paths"]["/v1/eps"]["get"]["parameters"][0]["schema"]["oneOf"]
     described = {b["properties"]["mechanism"]["const"]: b for b in branches}
     assert set(described) == {*MECHANISMS, "generic-closed-form"}
     for name, mechanism in MECHANISMS.items():
-        params = set(described[name]["properties"]) - {"mechanism", "eps0", "n", "delta", "live", "max_slack"}
+        params = set(described[name]["properties"]) - {"mechanism", "eps0", "n", "delta", "live", "max_slack", "rounds",
+                                                             "sample_rate"}
         assert params == set(mechanism.params), name
         required = {p for p, spec in mechanism.params.items() if spec.required}
         assert set(described[name]["required"]) == {"mechanism", "eps0", "n", "delta", *required}, name
