@@ -127,7 +127,8 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **
     composition = {"rounds": args.pop("rounds"), **({} if rate is None else {"sample_rate": rate})}
     q = _Queries(mechanism, params, table, **args)
     a = composed.eps(mechanism, q.table, q.params, {**q.point(0), **composition}, live)
-    return Answer(a["value"], math.nan, a["source"], a["corner"], math.nan, False)
+    return Answer(a["value"], math.nan, a["source"], a["corner"], math.nan, False,
+                  a["source"] != "table" or q.table.certified)
 
 
 def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
@@ -308,7 +309,7 @@ class _Queries:
         def out(a: np.ndarray) -> Any:
             return a.reshape(shape) if shape else a[0].item()
 
-        certified = (source != "table") | getattr(self.table, "certified", True)
+        certified = (source != "table") | self.table.certified
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
                       out(edge), out(certified))
 

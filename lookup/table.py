@@ -73,8 +73,11 @@ class Table:
     stored_eps: Callable[[int], np.ndarray] | None = None  # row r of eps as stored (before the monotone surface)
     stored_lower: Callable[[int], np.ndarray] | None = None  # row r of eps_lower as stored
     vouched: bool = False  # its provenance established and spot-checked (lookup.trust.vouch)
-    provenance: str = ""  # "shipped", "built", "signed", "verified" or "unverified" (lookup.trust)
-    certified: bool = True  # False: opened on explicit request although nothing vouches for it
+    provenance: str = ""  # "shipped", "built", "signed", "verified", "unverified" (lookup.trust); "caller"
+    # True only once something vouches for its values: lookup.trust (open_table), or the caller of
+    # from_arrays(..., vouch=True); False for a table nothing vouches for (made in Python, or opened
+    # with verified=False): its answers are labelled "certified": false
+    certified: bool = False
     array_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # eps and eps_lower's own attributes
 
     def __post_init__(self) -> None:
@@ -162,6 +165,8 @@ def _vouched(table: Table, verified: bool) -> Table:
     process, again where it was opened unverified and is now wanted verified, or refuted since)."""
     from lookup import trust
 
+    if table.provenance == "caller" and table.certified:
+        return table  # from_arrays(..., vouch=True): its caller vouches for it, and no digest names it
     if not table.vouched or (verified and not table.certified) or table.digest in trust.refuted():
         if verified:
             trust.vouch(table, table.digest)
@@ -334,13 +339,23 @@ def _load_table(path: str, group: Any) -> Table:
 
 def from_arrays(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,
                 delta: np.ndarray, eps: np.ndarray, eps_lower: np.ndarray, attrs: dict[str, Any],
-                eps0_monotone: np.ndarray | None = None) -> Table:
-    """A Table from raw arrays (eps: mechanism x eps0 x n x delta): ``from_rows`` of their rows."""
+                eps0_monotone: np.ndarray | None = None, vouch: bool = False) -> Table:
+    """A Table from raw arrays (eps: mechanism x eps0 x n x delta): ``from_rows`` of their rows.
+
+    Nothing vouches for arrays made in Python: the table's answers are labelled ``"certified":
+    false`` (``Table.certified`` False), unless ``vouch`` is True: **you vouch for these values**
+    (each eps is at least the exact eps of the analysis its row names, each lower bound at most
+    it); the table is then ``certified`` with provenance ``"caller"``, its answers labelled
+    certified on your word alone (never recorded as built or verified: ``tablegen export`` does
+    not record a device file made from it)."""
     eps, eps_lower = np.asarray(eps), np.asarray(eps_lower)
     if not np.all(np.isfinite(eps)):
         raise TableError(f"{path}: refused, eps has missing values")
-    return from_rows(path, families, params, eps0, n, delta, eps.shape, eps.__getitem__, eps_lower.__getitem__,
-                     attrs, eps0_monotone)
+    table = from_rows(path, families, params, eps0, n, delta, eps.shape, eps.__getitem__, eps_lower.__getitem__,
+                      attrs, eps0_monotone)
+    if vouch:
+        table.certified, table.provenance = True, "caller"
+    return table
 
 
 def from_rows(path: str, families: list[str], params: list[dict[str, Any]], eps0: np.ndarray, n: np.ndarray,

@@ -116,6 +116,13 @@ def provenance(path: str | Path, digest: str) -> tuple[str | None, str]:
     return how, "" if how else "not shipped, built, signed or fully verified here"
 
 
+def vouched_here(digest: str) -> str | None:
+    """``"shipped"``, ``"built"`` or ``"verified"`` where this package or this machine vouches for
+    ``digest`` (its pin, or an authentic record), whatever keys are trusted; else None.  What may be
+    signed (``tablegen build --sign-key`` on an up-to-date table): never a signature alone."""
+    return "shipped" if digest in PINNED else recorded(digest)
+
+
 def established(path: str | Path, digest: str, verified: bool = True) -> str:
     """The provenance of the artefact at ``path`` whose files have ``digest`` (``provenance``),
     ``"unverified"`` where nothing vouches for it and ``verified`` is False.  TableError: refuted
@@ -166,8 +173,9 @@ def refute(table: Any, detail: str) -> NoReturn:
     from lookup.table import TableError
 
     message = f"{table.path}: refused, {detail}; its values are not certified (trust record forgotten)"
-    _REFUTED[table.digest] = message
-    forget(table.digest)
+    if table.digest:  # a table made in Python (lookup.table.from_arrays) has none: refused as itself only
+        _REFUTED[table.digest] = message
+        forget(table.digest)
     table.certified = False
     raise TableError(message)
 

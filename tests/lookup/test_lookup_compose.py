@@ -22,11 +22,13 @@ EPS0 = np.array([0.5, 1.0, 2.0])
 DELTAS = np.array([1e-9, 1e-6, 1e-3, 0.05, 0.2])
 
 
-def rr_table() -> lookup.Table:
+def rr_table(vouch: bool = True) -> lookup.Table:
     b = np.exp(EPS0)[:, None]
     eps = np.log(b - DELTAS[None, :] * (b + 1))  # exact n = 1 binary RR eps(delta), eps0 x delta
     eps = np.maximum(eps, 0.0)[None, :, None, :] * (1 + 1e-12)
-    return from_arrays("rr", ["krr"], [{"k": 2}], EPS0, np.array([1.0]), DELTAS, eps, np.full_like(eps, np.nan), {})
+    # the test vouches for these values (the closed form above, rounded up): certified answers
+    return from_arrays("rr", ["krr"], [{"k": 2}], EPS0, np.array([1.0]), DELTAS, eps, np.full_like(eps, np.nan), {},
+                       vouch=vouch)
 
 
 def eps_of_loss_law(law: list[tuple[float, float]], delta: float, top: float) -> float:
@@ -51,9 +53,15 @@ def exact_rr_eps(eps0: float, rounds: int, delta: float) -> float:
 @pytest.mark.parametrize("eps0,rounds", [(1.0, 1), (1.0, 10), (0.8, 30), (2.0, 5)])
 def test_table_answer_is_certified_against_exact_composition(eps0: float, rounds: int) -> None:
     a = lookup.eps("krr", eps0=eps0, n=1, delta=1e-6, rounds=rounds, k=2, table=rr_table(), live=False)
-    assert a.source == "table" and a.corner["eps0"] == EPS0[np.searchsorted(EPS0, eps0)]
+    assert a.source == "table" and a.certified and a.corner["eps0"] == EPS0[np.searchsorted(EPS0, eps0)]
     exact = exact_rr_eps(eps0, rounds, 1e-6)
     assert exact <= a.value <= 1.3 * exact_rr_eps(a.corner["eps0"], rounds, 1e-6)
+
+
+def test_a_composed_answer_from_a_table_nothing_vouches_for_is_not_certified() -> None:
+    """Issue 37 review (N4): arrays made in Python, never vouched for, answered "certified": true."""
+    a = lookup.eps("krr", eps0=1.0, n=1, delta=1e-6, rounds=10, k=2, table=rr_table(vouch=False), live=False)
+    assert a.source == "table" and a.certified is False
 
 
 def test_off_the_table_goes_live_or_fails_without_live() -> None:

@@ -249,3 +249,30 @@ def test_shipped_table_is_the_checkout_data_in_a_source_tree() -> None:
     """No ``lookup/_data`` in a checkout: the tables are read in place from ``data/``."""
     root = Path(lookup.__file__).resolve().parents[1]
     assert shipped_table("default.zarr") == root / "data" / "default.zarr"
+
+
+def test_a_table_made_in_python_is_not_certified_unless_its_caller_vouches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37 review (N4): ``Table.certified`` defaulted to True, so arrays nobody vouched for
+    (here eps = 0.01 at eps0 = 1, n = 10: far below the exact eps of k-RR, which is about eps0 for
+    so few users) were answered as certified by every query kind."""
+    from lookup.api import json_ready
+
+    eps = np.full((1, 2, 2, 2), 0.01)
+    axes = np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3])
+    made = from_arrays("made", ["krr"], [{"k": 3}], *axes, eps, np.full_like(eps, np.nan), {})
+    answers = {"eps": lookup.eps("krr", k=3, eps0=1.0, n=10, delta=1e-6, table=made, live=False, max_slack=None),
+               "eps-array": lookup.eps("krr", k=3, eps0=[1.0, 2.0], n=10, delta=1e-6, table=made, live=False,
+                                       max_slack=None),
+               "delta": lookup.delta("krr", k=3, eps0=1.0, n=10, eps=0.5, table=made, live=False, max_slack=None),
+               "eps0_max": lookup.eps0_max("krr", k=3, eps=0.5, n=10, delta=1e-6, table=made, live=False,
+                                           max_slack=None)}  # rounds: test_lookup_compose.py
+    for name, a in answers.items():
+        assert np.all(np.asarray(a.source) == "table"), name
+        assert not np.any(a.certified), name
+    assert json_ready("eps", answers["eps"])["certified"] is False
+    monkeypatch.setattr(trust, "recorded", lambda digest: None)  # not the fixture's "built"
+    with pytest.raises(TableError, match="nothing vouches"):
+        open_table(made)  # lookup.trust: no digest, nothing shipped, built, signed or verified
+    vouched = from_arrays("made", ["krr"], [{"k": 3}], *axes, eps, np.full_like(eps, np.nan), {}, vouch=True)
+    assert open_table(vouched) is vouched and vouched.provenance == "caller"
+    assert lookup.eps("krr", k=3, eps0=1.0, n=10, delta=1e-6, table=vouched, live=False, max_slack=None).certified
