@@ -281,9 +281,7 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
     if store.up_to_date(out, header(spec)):
         log(f"{out} is up to date (spec {spec.digest()[:12]}): computed 0 curves, skipped {total}")
         if sign_key is not None:
-            from lookup.trust import sign
-
-            log(f"signed: {sign(out, sign_key)}")
+            log(f"signed: {_sign_vouched(out, sign_key)}")
         return Report(0, total, 0.0)
     distributed = client is not None or scheduler is not None or workers != 0
     _import_build_extra(distributed=distributed, progress=progress)
@@ -314,6 +312,25 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
     log(f"published {out}: computed {report.computed} curves, skipped {report.skipped} "
         f"(already finished) in {report.seconds:.1f} s")
     return report
+
+
+def _sign_vouched(out: Path, sign_key: str | Path) -> Path:
+    """Sign the table at ``out`` (already up to date) only where this machine vouches for the digest
+    of its files as read and checked against its manifest in one pass (``lookup.trust.vouched_here``:
+    shipped, built or fully verified here), so that a copy with the same spec header but other
+    values is never signed with the operator's key; ``store.StoreError`` otherwise."""
+    from lookup.table import TableError, read_verified_listing
+    from lookup.trust import listing_digest, sign, vouched_here
+
+    try:
+        digest = listing_digest(read_verified_listing(out)[1])
+    except TableError as err:
+        raise store.StoreError(f"--sign-key: {err}") from None
+    if vouched_here(digest) is None:
+        raise store.StoreError(f"--sign-key: {out} is up to date but not shipped, built or fully verified on this "
+                               "machine, so it is not signed (its values may not be the spec's): remove it and "
+                               f"build it again here, or run `tablegen verify --full {out}` first")
+    return sign(out, sign_key, digest)
 
 
 def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | Path | None = None) -> None:

@@ -384,3 +384,33 @@ def test_without_lower_every_no_lower_bounds_are_computed(tmp_path: Path) -> Non
     eps, low = values(out)
     assert np.isfinite(eps).all() and np.isnan(low).all()
     assert verify(out, sample=1) == []
+
+
+def test_sign_key_on_an_up_to_date_table_signs_only_what_this_machine_vouches_for(spec_path: Path,
+                                                                                  tmp_path: Path) -> None:
+    """Issue 37 review (N2): `tablegen build --sign-key` on an up-to-date table signed whatever was
+    at --out; a forged copy with the same spec header (values lowered, manifest rewritten) would
+    have been signed with the operator's key.  The genuine table built here is signed."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from lookup import trust
+    from lookup.table import read_manifest
+
+    key = tmp_path / "key.pem"
+    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    out = tmp_path / "t.zarr"
+    spec = load_spec(spec_path)
+    build(spec, out, workers=0, progress=False, log=quiet)
+    assert build(spec, out, workers=0, progress=False, log=quiet, sign_key=key).computed == 0  # up to date
+    signed = json.loads(trust.signature_path(out).read_text())
+    assert signed["digest"] == trust.listing_digest(read_manifest(out))
+    with xr.open_zarr(out, consolidated=True) as ds:  # the forgery: same header, eps halved
+        ds = ds.load().drop_encoding()
+    ds["eps"] = ds["eps"] / 2
+    store.publish(ds, out, store.CERTIFIED_ROUNDING)
+    assert store.up_to_date(out, {k: ds.attrs[k] for k in ("spec_sha256", "engine_version")})
+    with pytest.raises(store.StoreError, match="not shipped, built or fully verified on this machine"):
+        build(spec, out, workers=0, progress=False, log=quiet, sign_key=key)
+    assert not trust.signature_path(out).exists()
