@@ -1,14 +1,17 @@
 // The page's script (lookup/page.py): it asks this server's JSON API and shows its answers as the
-// JSON says them; it computes no privacy number itself.  Curves are SVG built from /v1/eps answers
-// asked one after the other (never more than one live place held by a curve).  The page's state
-// is kept in its URL query with the API's parameter names (plus endpoint and curve_*), a permalink.
+// JSON says them; it computes no privacy number itself.  Curves (eps against n, eps against rounds)
+// are SVG built by one drawing code from /v1/eps answers asked one after the other (never more than
+// one live place held by a curve).  The page's state is kept in its URL query with the API's
+// parameter names (plus endpoint and curve_*), a permalink.
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("page-data").textContent);
   const REQUIRED = {eps: ["eps0", "n", "delta"], delta: ["eps0", "n", "eps"], "eps0-max": ["eps", "n", "delta"]};
   const OPTIONS = ["max_slack", "live"];
-  const CURVE = {eps0: "curve_eps0", n: "curve_n", delta: "curve_delta"};  // API name -> curve field
+  const COMPOSITION = ["rounds", "sample_rate"];  // of /v1/eps only
   const POINTS = 13;  // n values per series, log-spaced
+  const ROUND_POINTS = 7;  // rounds values of the rounds curve, log-spaced
+  const ROUNDS_MAX = 1000000;  // the API's largest rounds
   const MAX_SERIES = 6;
   const PALETTE = ["#1f5fa8", "#c2561a", "#2e8540", "#8a3ea8", "#a8871f", "#1f9aa8"];
   const SOURCES = {
@@ -23,9 +26,16 @@
   const SVG = "http://www.w3.org/2000/svg";
   const ask = document.getElementById("ask");
   const curve = document.getElementById("curve");
-  let series = [];  // the curve drawn: [{eps0, points: [{n, eps, lower}]}]
-  let curveDrawn = false;
-  let drawing = 0;  // generation of the curve being drawn (a new Draw abandons the old one)
+  const roundsForm = document.getElementById("rounds-curve");
+  // each curve: its form's fields (in the permalink once drawn), its plot, and what is drawn:
+  // series [{label, points: [{x, eps, lower, refined}]}]; generation: a new Draw abandons the old one
+  const CURVES = {
+    n: {form: curve, fields: ["curve_eps0", "curve_n", "curve_delta"], plot: "plot", progress: "progress",
+      xTitle: "n (users)", aria: "certified eps against n, log axes", series: [], drawn: false, generation: 0},
+    rounds: {form: roundsForm, fields: ["curve_rounds"], plot: "rounds-plot", progress: "rounds-progress",
+      xTitle: "T (rounds composed)", aria: "certified eps against rounds, log axes", series: [], drawn: false,
+      generation: 0},
+  };
 
   function node(namespace, tag, attrs, children) {
     const out = namespace ? document.createElementNS(namespace, tag) : document.createElement(tag);
@@ -51,21 +61,26 @@
     }
   }
 
+  function optional(endpoint) {
+    return endpoint === "eps" ? [...OPTIONS, ...COMPOSITION] : OPTIONS;
+  }
+
   function showFields() {
-    const required = REQUIRED[input(ask, "endpoint").value];
+    const endpoint = input(ask, "endpoint").value;
+    const shown = [...REQUIRED[endpoint], ...optional(endpoint)];
     for (const label of ask.querySelectorAll("label[data-field]")) {
-      if (label.parentElement.id !== "params") label.hidden = !required.includes(label.dataset.field);
+      if (label.parentElement.id !== "params") label.hidden = !shown.includes(label.dataset.field);
     }
   }
 
-  function question() {
-    const endpoint = input(ask, "endpoint").value;
+  // the form's question as the API's query (endpoint: the form's, or "eps" for a curve)
+  function question(endpoint = input(ask, "endpoint").value) {
     const query = new URLSearchParams({mechanism: input(ask, "mechanism").value});
     for (const field of ask.querySelectorAll("input[data-param]")) {
       if (field.value.trim()) query.set(field.name, field.value.trim());
     }
     for (const name of REQUIRED[endpoint]) query.set(name, input(ask, name).value.trim());
-    for (const name of OPTIONS) {
+    for (const name of optional(endpoint)) {
       if (input(ask, name).value.trim()) query.set(name, input(ask, name).value.trim());
     }
     return {endpoint, query};
@@ -74,7 +89,9 @@
   function setPermalink() {
     const {endpoint, query} = question();
     const state = new URLSearchParams({endpoint, ...Object.fromEntries(query)});
-    if (curveDrawn) for (const name of Object.values(CURVE)) state.set(name, input(curve, name).value.trim());
+    for (const c of Object.values(CURVES)) {
+      if (c.drawn) for (const name of c.fields) state.set(name, input(c.form, name).value.trim());
+    }
     history.replaceState(null, "", "?" + state);
     document.getElementById("permalink").href = location.href;
   }
@@ -172,53 +189,89 @@
     const note = body.certified ? "Certified: " + what + "." : "Not certified: this value carries no guarantee.";
     const pending = body.refined === false ? " Not refined yet (refined: false): the table's certified answer with " +
       "its slack, given at once while the server refines it; ask again in a moment for a tighter value." : "";
+    const composed = body.rounds ? ` Composed over ${body.rounds} rounds` + (body.sample_rate ? ", each user " +
+      `taking part with probability ${body.sample_rate}` : "") + " (privacy-loss distributions, dp-accounting)." : "";
     document.getElementById("note").textContent = note + " Source " + body.source + ": " +
-      (SOURCES[body.source] || "composition of rounds") + "." + pending;
+      (SOURCES[body.source] || "composition of rounds") + "." + composed + pending;
     const link = document.getElementById("api-link");
     link.href = url;
     link.textContent = "/" + url;
   }
 
-  // ------------------------------------------------------------ the curve
+  // ------------------------------------------------------------ the curves
+  function complain(form, name, text) {
+    form.querySelector(`[data-error=${name}]`).textContent = text;
+  }
+
+  // ``count`` integers log-spaced from ``from`` to ``to``, rounded, each once
+  function logSpaced(from, to, count) {
+    const lo = Math.log10(from), hi = Math.log10(to);
+    return [...new Set(Array.from({length: count}, (_, i) => Math.round(10 ** (lo + (hi - lo) * i / (count - 1)))))];
+  }
+
   async function onDraw(event) {
     if (event) event.preventDefault();
     clearErrors();
-    const generation = ++drawing;
     const eps0s = input(curve, "curve_eps0").value.split(",").map((s) => s.trim()).filter(Boolean);
     const range = input(curve, "curve_n").value.split(",").map((s) => Number(s.trim()));
-    const complain = (name, text) => { curve.querySelector(`[data-error=${name}]`).textContent = text; };
-    if (eps0s.length < 1 || eps0s.length > MAX_SERIES) return complain("curve_eps0", `give 1 to ${MAX_SERIES} values`);
-    if (range.length !== 2 || !(range[0] >= 1) || !(range[1] > range[0])) {
-      return complain("curve_n", "give two numbers: from >= 1, then to > from");
+    if (eps0s.length < 1 || eps0s.length > MAX_SERIES) {
+      return complain(curve, "curve_eps0", `give 1 to ${MAX_SERIES} values`);
     }
-    curveDrawn = true;
+    if (range.length !== 2 || !(range[0] >= 1) || !(range[1] > range[0])) {
+      return complain(curve, "curve_n", "give two numbers: from >= 1, then to > from");
+    }
+    const {query: base} = question("eps");
+    for (const name of COMPOSITION) base.delete(name);  // one round: the rounds curve is below
+    const plan = eps0s.map((eps0) => ({label: `eps0 = ${eps0}`, points: logSpaced(range[0], range[1], POINTS).map(
+      (n) => [n, {eps0, n: String(n), delta: input(curve, "curve_delta").value.trim()}])}));
+    await collect(CURVES.n, base, plan);
+  }
+
+  async function onRounds(event) {
+    if (event) event.preventDefault();
+    clearErrors();
+    const range = input(roundsForm, "curve_rounds").value.split(",").map((s) => Number(s.trim()));
+    if (range.length !== 2 || !Number.isInteger(range[0]) || !Number.isInteger(range[1]) || !(range[0] >= 1) ||
+        !(range[1] > range[0]) || range[1] > ROUNDS_MAX) {
+      return complain(roundsForm, "curve_rounds", `give two integers: from >= 1, then to > from, at most ${ROUNDS_MAX}`);
+    }
+    const {query: base} = question("eps");
+    const rate = base.get("sample_rate");
+    const label = `eps0 = ${base.get("eps0")}, n = ${base.get("n")}` + (rate ? `, sample rate ${rate}` : "");
+    await collect(CURVES.rounds, base, [{label, points: logSpaced(range[0], range[1], ROUND_POINTS).map(
+      (rounds) => [rounds, {rounds: String(rounds)}])}]);
+  }
+
+  // Ask /v1/eps for each point of each series of ``plan`` ([{label, points: [[x, {name: value}]]}],
+  // the values set on ``base``), one after the other, plotting each series as it is complete; a
+  // refused or bad point stops the curve with its message beside the field it names.
+  async function collect(c, base, plan) {
+    const generation = ++c.generation;
+    c.drawn = true;
     setPermalink();
-    const lo = Math.log10(range[0]), hi = Math.log10(range[1]);
-    const ns = [...new Set(Array.from({length: POINTS}, (_, i) => Math.round(10 ** (lo + (hi - lo) * i / (POINTS - 1)))))];
-    const {query: base} = question();
-    series = eps0s.map((eps0) => ({eps0, points: []}));
-    const progress = document.getElementById("progress");
-    const spans = {...errorSpans(ask, (n) => n), ...errorSpans(curve, (n) => n.replace("curve_", ""))};
+    c.series = plan.map((s) => ({label: s.label, points: []}));
+    const progress = document.getElementById(c.progress);
+    const spans = {...errorSpans(ask, (n) => n), ...errorSpans(c.form, (n) => n.replace("curve_", ""))};
+    const total = plan.reduce((sum, s) => sum + s.points.length, 0);
     let done = 0;
-    for (const s of series) {
-      for (const n of ns) {
+    for (const [i, s] of plan.entries()) {
+      for (const [x, values] of s.points) {
         const query = new URLSearchParams(base);
         query.delete("eps");
-        query.set("eps0", s.eps0);
-        query.set("n", String(n));
-        query.set("delta", input(curve, "curve_delta").value.trim());
+        for (const [name, value] of Object.entries(values)) query.set(name, value);
         const result = await call("v1/eps?" + query);
-        if (generation !== drawing) return;
+        if (generation !== c.generation) return;
         if (result.status !== 200) {
           progress.textContent = "";
-          showError(result, spans, curve.querySelector("[data-error=curve]"));
-          plot();
+          showError(result, spans, c.form.querySelector("[data-error=curve]"));
+          plot(c);
           return;
         }
-        s.points.push({n, eps: result.body.eps, lower: result.body.eps_lower, refined: result.body.refined !== false});
-        progress.textContent = `${++done} of ${series.length * ns.length} answers`;
+        c.series[i].points.push({x, eps: result.body.eps, lower: result.body.eps_lower,
+          refined: result.body.refined !== false});
+        progress.textContent = `${++done} of ${total} answers`;
       }
-      plot();
+      plot(c);
     }
   }
 
@@ -254,19 +307,19 @@
     return v >= 1e4 || v < 1e-3 ? v.toExponential().replace(/\.?0*e\+?/, "e") : String(v);
   }
 
-  function plot() {
-    const box = document.getElementById("plot");
-    const points = series.flatMap((s) => s.points).filter((p) => p.eps > 0);
+  function plot(c) {
+    const box = document.getElementById(c.plot);
+    const points = c.series.flatMap((s) => s.points).filter((p) => p.eps > 0);
     if (!points.length) { box.replaceChildren(); return; }
     const width = Math.max(280, Math.min(box.clientWidth || 640, 960));
     const height = Math.round(width * (width < 560 ? 0.85 : 0.55));
     const m = {left: 58, right: 14, top: 12, bottom: 46};
-    const [xlo, xhi] = domain(points.map((p) => p.n));
+    const [xlo, xhi] = domain(points.map((p) => p.x));
     const [ylo, yhi] = domain(points.flatMap((p) => (p.lower > 0 ? [p.eps, p.lower] : [p.eps])));
     const x = logScale(xlo, xhi, m.left, width - m.right);
     const y = logScale(ylo, yhi, height - m.bottom, m.top);
     const root = svg("svg", {viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
-      "aria-label": "certified eps against n, log axes"});
+      "aria-label": c.aria});
     for (const t of ticks(xlo, xhi)) {
       root.append(svg("line", {class: "gridline", x1: x(t), x2: x(t), y1: m.top, y2: height - m.bottom}),
         svg("text", {class: "tick", x: x(t), y: height - m.bottom + 16, "text-anchor": "middle"}, label(t)));
@@ -276,31 +329,34 @@
         svg("text", {class: "tick", x: m.left - 6, y: y(t) + 4, "text-anchor": "end"}, label(t)));
     }
     root.append(svg("text", {class: "axis", x: (m.left + width - m.right) / 2, y: height - 8, "text-anchor": "middle"},
-      "n (users)"),
+      c.xTitle),
     svg("text", {class: "axis", x: 14, y: (m.top + height - m.bottom) / 2, "text-anchor": "middle",
       transform: `rotate(-90 14 ${(m.top + height - m.bottom) / 2})`}, "certified ε"));
     const legend = el("ul", {class: "legend"});
-    series.forEach((s, i) => {
+    let banded = false;
+    c.series.forEach((s, i) => {
       const color = PALETTE[i % PALETTE.length];
       const shownPoints = s.points.filter((p) => p.eps > 0);
-      const banded = shownPoints.filter((p) => p.lower > 0);
-      if (banded.length > 1) {
-        const edge = [...banded.map((p) => [x(p.n), y(p.eps)]), ...banded.reverse().map((p) => [x(p.n), y(p.lower)])];
+      const band = shownPoints.filter((p) => p.lower > 0);
+      if (band.length > 1) {
+        banded = true;
+        const edge = [...band.map((p) => [x(p.x), y(p.eps)]), ...band.reverse().map((p) => [x(p.x), y(p.lower)])];
         root.append(svg("polygon", {class: "band", fill: color, points: edge.map((xy) => xy.join(",")).join(" ")}));
       }
       root.append(svg("polyline", {class: "line", stroke: color,
-        points: shownPoints.map((p) => `${x(p.n)},${y(p.eps)}`).join(" ")}));
+        points: shownPoints.map((p) => `${x(p.x)},${y(p.eps)}`).join(" ")}));
       for (const p of shownPoints) {
         root.append(svg("circle", {class: p.refined ? "point" : "point unrefined", fill: p.refined ? color : "#fff",
-          stroke: color, cx: x(p.n), cy: y(p.eps), r: 3, "data-eps0": s.eps0, "data-refined": p.refined,
-          "data-n": p.n, "data-eps": p.eps, "data-lower": p.lower === null ? "" : p.lower},
-        svg("title", {}, `eps0=${s.eps0}, n=${p.n}: eps=${p.eps}, lower=${shown(p.lower)}${p.refined ? "" : " (not refined yet)"}`)));
+          stroke: color, cx: x(p.x), cy: y(p.eps), r: 3, "data-series": s.label, "data-refined": p.refined,
+          "data-x": p.x, "data-eps": p.eps, "data-lower": p.lower === null ? "" : p.lower},
+        svg("title", {}, `${s.label}, ${c.xTitle.split(" ")[0]}=${p.x}: eps=${p.eps}, lower=${shown(p.lower)}` +
+          (p.refined ? "" : " (not refined yet)"))));
       }
       const swatch = el("span", {class: "swatch"});
       swatch.style.background = color;
-      legend.append(el("li", {}, swatch, `eps0 = ${s.eps0}`));
+      legend.append(el("li", {}, swatch, s.label));
     });
-    legend.append(el("li", {}, el("span", {class: "swatch band-swatch"}), "band: lower bound to certified eps"));
+    if (banded) legend.append(el("li", {}, el("span", {class: "swatch band-swatch"}), "band: lower bound to certified eps"));
     if (points.some((p) => !p.refined)) {
       legend.append(el("li", {}, el("span", {class: "hollow"}), "hollow: not refined yet (the table's answer; draw again)"));
     }
@@ -317,11 +373,12 @@
     const [dlo, dhi] = coverage.delta || [1e-12, 1e-3];
     const delta = dlo <= 1e-8 && 1e-8 <= dhi ? "1e-8" : String(dlo);
     const defaults = {endpoint: "eps", mechanism: row || select.value, eps0: "1", eps: "0.5", delta,
-      n: String(Math.round(Math.sqrt(nlo * nhi))), curve_eps0: "0.5,1,2", curve_n: `${nlo},${nhi}`, curve_delta: delta};
+      n: String(Math.round(Math.sqrt(nlo * nhi))), curve_eps0: "0.5,1,2", curve_n: `${nlo},${nhi}`, curve_delta: delta,
+      curve_rounds: "1,1000"};
     const state = Object.fromEntries(new URLSearchParams(location.search));
     // a permalink gives the mechanism's parameters itself; otherwise those of the table's first row
     const values = {...defaults, ...(location.search ? state : Object.fromEntries(given.map((g) => g.split("="))))};
-    for (const form of [ask, curve]) {
+    for (const form of [ask, curve, roundsForm]) {
       for (const [name, value] of Object.entries(values)) {
         const field = input(form, name);
         if (field && !field.dataset.param) field.value = value;
@@ -334,13 +391,20 @@
     input(ask, "endpoint").addEventListener("change", showFields);
     ask.addEventListener("submit", onAsk);
     curve.addEventListener("submit", onDraw);
+    roundsForm.addEventListener("submit", onRounds);
     let timer;
-    window.addEventListener("resize", () => { clearTimeout(timer); timer = setTimeout(plot, 150); });
+    window.addEventListener("resize", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => Object.values(CURVES).forEach(plot), 150);
+    });
     document.getElementById("table-info").textContent = [coverage.title, (coverage.mechanisms || []).join(", "),
       coverage.eps0 && `eps0 ${coverage.eps0[0]} to ${coverage.eps0[1]}`, `n ${nlo} to ${nhi}`,
       `delta ${dlo} to ${dhi}`].filter(Boolean).join("; ");
-    if (state.mechanism) onAsk();
-    if (state.curve_eps0) onDraw();
+    (async () => {  // one request at a time, as a person would ask
+      if (state.mechanism) await onAsk();
+      if (state.curve_eps0) await onDraw();
+      if (state.curve_rounds) await onRounds();
+    })();
   }
 
   start();

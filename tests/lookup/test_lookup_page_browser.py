@@ -2,8 +2,9 @@
 ``chromium`` and ``chromium-driver``, driven by selenium with the driver's path given, so nothing
 is downloaded): the numbers shown for a table, a refined and a live answer are those of the
 ``/v1/eps`` JSON for the same query; a curve's SVG points are ``/v1/eps`` answers, placed on log
-axes; a bad input shows the API's message beside the field it names; a refused live question
-shows the Retry-After; the permalink reproduces the state.  Screenshots (1280 and 390 pixels
+axes, and so are the eps-against-rounds curve's (``rounds=T``); a bad input shows the API's message
+beside the field it names; a refused live question shows the Retry-After; the permalink
+reproduces the state, rounds included.  Screenshots (1280 and 390 pixels
 wide) go to ``$SHUFFLE_EPS_PAGE_SCREENSHOTS`` or a temporary folder."""
 
 from __future__ import annotations
@@ -176,19 +177,24 @@ def test_answers_shown_are_the_apis(browser: Any, base: str, question: dict[str,
     assert not javascript_errors(browser)
 
 
-def draw(driver: Any, values: dict[str, str]) -> list[dict[str, str]]:
-    """Fill the curve form, press Draw, wait for every answer; the SVG points' data attributes."""
-    fill(driver, "curve", values)
-    driver.find_element(By.CSS_SELECTOR, "#curve button[type=submit]").click()
+def draw(driver: Any, values: dict[str, str], form: str = "curve") -> list[dict[str, str]]:
+    """Fill a curve's form (``curve``: eps against n, ``rounds-curve``), press its Draw, wait for
+    every answer; the SVG points' data attributes."""
+    fill(driver, form, values)
+    driver.find_element(By.CSS_SELECTOR, f"#{form} button[type=submit]").click()
+    progress = PLOTS[form][1]
     wait(driver, lambda d: (lambda t: t and t.split(" of ")[0] == t.split(" of ")[1].split()[0])(
-        d.find_element(By.ID, "progress").text))
-    return points(driver)
+        d.find_element(By.ID, progress).text))
+    return points(driver, form)
 
 
-def points(driver: Any) -> list[dict[str, str]]:
-    attributes = ("eps0", "n", "eps", "lower", "refined", "cx", "cy")
+PLOTS = {"curve": ("plot", "progress"), "rounds-curve": ("rounds-plot", "rounds-progress")}
+
+
+def points(driver: Any, form: str = "curve") -> list[dict[str, str]]:
+    attributes = ("series", "x", "eps", "lower", "refined", "cx", "cy")
     return [{a: e.get_attribute(a if a in ("cx", "cy") else f"data-{a}") for a in attributes}
-            for e in driver.find_elements(By.CSS_SELECTOR, "#plot circle.point")]
+            for e in driver.find_elements(By.CSS_SELECTOR, f"#{PLOTS[form][0]} circle.point")]
 
 
 # eps0 = 1: table answers (their stored lower bound 0 at these small n: no band); eps0 = 6, above
@@ -206,10 +212,10 @@ def test_curve_points_are_api_answers_on_log_axes(browser: Any, base: str) -> No
     drawn = draw(browser, CURVE)
     assert all(p["refined"] == "true" for p in drawn)
     for eps0 in ("1", "6"):
-        series = sorted((p for p in drawn if p["eps0"] == eps0), key=lambda p: int(p["n"]))
-        assert [int(p["n"]) for p in series] == ns
+        series = sorted((p for p in drawn if p["series"] == f"eps0 = {eps0}"), key=lambda p: int(p["x"]))
+        assert [int(p["x"]) for p in series] == ns
         for p in series:
-            body = answers[eps0, int(p["n"])]
+            body = answers[eps0, int(p["x"])]
             assert float(p["eps"]) == body["eps"]
             assert (p["lower"] == "" if body["eps_lower"] is None else float(p["lower"]) == body["eps_lower"])
         # log axes: x grows with log n at a constant step per factor, y falls as eps falls
@@ -223,6 +229,29 @@ def test_curve_points_are_api_answers_on_log_axes(browser: Any, base: str) -> No
     bands = [e0 for e0 in ("1", "6") if sum((answers[e0, n]["eps_lower"] or 0) > 0 for n in ns) > 1]
     assert bands == ["6"]  # a band where the API reports lower bounds, none where it reports 0
     assert len(browser.find_elements(By.CSS_SELECTOR, "#plot polygon.band")) == len(bands)
+    assert not javascript_errors(browser)
+
+
+ROUNDS = {**KRR, "eps0": "2", "n": "40", "delta": "1e-6"}  # a grid point: composed from the table
+
+
+def test_rounds_curve_points_are_api_answers(browser: Any, base: str) -> None:
+    ts = [1, 3, 10, 32, 100, 316, 1000]  # 7 log-spaced rounds from 1 to 1000
+    answers = {t: settled(base, "/v1/eps", {**ROUNDS, "rounds": str(t)}) for t in ts}
+    browser.get(base + "/")
+    fill(browser, "ask", ROUNDS)
+    drawn = draw(browser, {"curve_rounds": "1,1000"}, "rounds-curve")
+    assert [int(p["x"]) for p in drawn] == ts
+    assert {p["series"] for p in drawn} == {"eps0 = 2, n = 40"}
+    assert [float(p["eps"]) for p in drawn] == [answers[t]["eps"] for t in ts]
+    xs, ys = [float(p["cx"]) for p in drawn], [float(p["cy"]) for p in drawn]
+    slope = (xs[-1] - xs[0]) / math.log(1000)
+    assert all(abs(x - xs[0] - slope * math.log(t)) < 0.01 for x, t in zip(xs, ts, strict=True))  # log T
+    # y follows eps (not always growing with T: the table's composition answers up to T = 316 here,
+    # the engine at T = 1000, where the table's composed eps is infinite; both certified, live tighter)
+    for i in range(len(ts) - 1):
+        assert (float(drawn[i]["eps"]) < float(drawn[i + 1]["eps"])) == (ys[i] > ys[i + 1])
+    assert not browser.find_elements(By.CSS_SELECTOR, "#rounds-plot polygon.band")  # no lower bound composed
     assert not javascript_errors(browser)
 
 
@@ -251,6 +280,10 @@ def save_screenshots(driver: Any, folder: Path, name: str) -> None:
     ("ask", {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "max_slack": "x"}, "max_slack",
      {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "max_slack": "x"}),
     ("curve", {**CURVE, "curve_eps0": "abc"}, "curve_eps0", {**KRR, "eps0": "abc", "n": "20", "delta": "1e-6"}),
+    ("ask", {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "rounds": "0"}, "rounds",
+     {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "rounds": "0"}),
+    ("ask", {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "rounds": "3", "sample_rate": "2"}, "sample_rate",
+     {**KRR, "eps0": "1", "n": "50", "delta": "1e-6", "rounds": "3", "sample_rate": "2"}),
 ])
 def test_bad_input_shows_the_apis_message_beside_its_field(browser: Any, base: str, form: str,
                                                          values: dict[str, str], field: str,
@@ -274,19 +307,22 @@ def test_bad_input_shows_the_apis_message_beside_its_field(browser: Any, base: s
 
 
 def test_permalink_reproduces_the_state(browser: Any, base: str, screenshots: Path) -> None:
-    question = {**KRR, "eps0": "0.7", "n": "50", "delta": "1e-6", "max_slack": "none"}
+    question = {**KRR, "eps0": "2", "n": "50", "delta": "1e-6", "max_slack": "none", "rounds": "10"}
+    rounds_curve = {"curve_rounds": "1,100"}
     browser.get(base + "/")
     first = ask(browser, question)
+    assert first["rounds"] == "10"
     drawn = draw(browser, CURVE)
+    by_rounds = draw(browser, rounds_curve, "rounds-curve")
     link = browser.find_element(By.ID, "permalink").get_attribute("href")
     state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(link).query))
-    assert state == {"endpoint": "eps", **question, **CURVE}  # the API's parameter names
+    assert state == {"endpoint": "eps", **question, **CURVE, **rounds_curve}  # the API's parameter names
     browser.get("about:blank")
     browser.get(link)
     assert shown_answer(browser) == first
-    wait(browser, lambda d: len(points(d)) == len(drawn))
-    assert points(browser) == drawn
-    for name, value in {**question, **CURVE}.items():
+    wait(browser, lambda d: len(points(d)) == len(drawn) and len(points(d, "rounds-curve")) == len(by_rounds))
+    assert points(browser) == drawn and points(browser, "rounds-curve") == by_rounds
+    for name, value in {**question, **CURVE, **rounds_curve}.items():
         assert browser.find_element(By.CSS_SELECTOR, f"[name={name}]").get_attribute("value") == value
     save_screenshots(browser, screenshots, "page")
     assert not javascript_errors(browser)
