@@ -7,8 +7,9 @@ computes nothing.  Its script asks the JSON API (``/v1/eps``, ``/v1/delta``, ``/
 as any client does, through the same admission (validation, the table first, the bounded live
 pool: a 503 is shown with its ``Retry-After``), and shows the answer's fields as the JSON says
 them; a 400 is shown beside the field its message names.  Curves of eps against n (log axes, one
-series per eps0, the lower bound as a band) are SVG built in the browser from the API's answers,
-asked one at a time so that a curve never holds more than one live place.  The page's state is
+series per eps0, the lower bound as a band) and of eps against rounds (``rounds=T`` answers,
+composition) are SVG built in the browser by one drawing code from the API's answers, asked one
+at a time so that a curve never holds more than one live place.  The page's state is
 kept in its URL with the API's parameter names (a permalink).
 
 The form lists the mechanisms and their parameters from the registry the API validates with
