@@ -13,6 +13,7 @@ installed) nothing is refined and an off-grid query is an error that says what t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass
@@ -90,12 +91,36 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         guess = np.full(q.size, np.nan)
         guess[inside] = eps_estimate(q.table, q.rows, *(q.args[k][inside] for k in ("eps0", "n", "delta")))
         for i in todo:
-            value[i], slack[i], source[i] = refine.eps(q.mechanism, q.point(i), q.params, value[i], slack[i],
-                                                       guess[i], min(max_slack, refine.STEP))
+            value[i], slack[i], source[i], lower[i] = _refined_eps(q, i, value[i], slack[i], guess[i],
+                                                                   min(max_slack, refine.STEP), lower[i])
             ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
                 q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
             lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
+
+
+def _refined_eps(q: _Queries, i: int, table: float, slack: float, guess: float, step: float,
+                 lower: float) -> tuple[float, float, str, float]:
+    """(value, slack, source, lower) of query ``i`` refined by ``refine.eps``, every refinement a
+    check of the table (issue 37): its eps proved below the exact eps there (``refine.Refuted``),
+    or its lower bound above the engine's certified eps, refutes it (``lookup.trust.refute``: its
+    trust record forgotten, later opens in this process refused, this ``Table`` no longer
+    certified) and the engine's certified value is answered, without the table's lower bound."""
+    from lookup import trust
+
+    point = q.point(i)
+    try:
+        value, slack, source = refine.eps(q.mechanism, point, q.params, table, slack, guess, step)
+    except refine.Refuted as found:
+        detail, (value, slack, source) = found.detail, found.refined
+    else:
+        if not (source != "table" and lower > value):
+            return value, slack, source, lower
+        detail = (f"at {refine.where(q.mechanism, q.params, point)} the table's lower bound {lower!r} is above the "
+                  f"engine's certified eps {value!r}")
+    with contextlib.suppress(TableError):
+        trust.refute(q.table, detail)
+    return value, slack, source, math.nan
 
 
 def _closed_form(params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:

@@ -15,6 +15,20 @@ the engine cannot answer the table value stands.  eps0_max is the mirror image (
 above, the larger certified eps0 kept); delta needs no estimate: the engine's certified delta is
 itself one evaluation.
 
+Every refinement is also a check of the table (issue 37): where eps keeps the table's value (the
+table is below the bracket's top, or below the engine's certified search), one evaluation of the
+engine's spectral lower path asks whether the exact eps is proved ABOVE that value
+(``live.proves_above``), and where the full search ran, the engine's own lower bound too; if so
+the table is wrong there, and ``Refuted`` is raised with the point, both values and the engine's
+certified eps, which the caller publishes (``lookup.api``: after ``lookup.trust.refute``).  A
+proof, never an estimate, refutes: a genuine table is never refused.
+
+Why a table value kept inside the bracket is sound: it is published as what it is, the table's
+value read by the conservative rules, labelled ``"table"`` and certified exactly as far as the
+table is (``Table.certified``, its provenance); the bracket decides only whether the engine
+publishes a smaller certified value instead.  The slack published with it, table / low - 1, is an
+upper estimate of its ratio to the engine's certified eps, since the engine could not certify low.
+
 Each function takes one query and the table's certified answer and returns (value, slack,
 source); ``lower_eps`` then tries to prove a lower bound near the answer (one evaluation of the
 engine's spectral lower path) in place of the table's.  Engine results and verdicts are cached
@@ -36,6 +50,15 @@ CERTIFIED = "certified estimate"
 Refined = tuple[float, float, str]
 
 
+class Refuted(Exception):  # noqa: N818 - a finding, not a failure of the code
+    """The table's certified eps at a query is proved below the exact eps: ``detail`` says where
+    and by how much; ``refined`` is the engine's certified answer to publish instead."""
+
+    def __init__(self, detail: str, refined: Refined) -> None:
+        super().__init__(detail)
+        self.detail, self.refined = detail, refined
+
+
 def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
         estimate: float, step: float) -> Refined:
     """Certified eps at ``point`` (eps0, n, delta) no larger than the table's ``table`` (inf:
@@ -49,7 +72,7 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: 
             for _ in range(TIERS):
                 candidate = min(low * (1 + step), point["eps0"])
                 if candidate >= table:  # the table is within the bracket already
-                    return table, table / low - 1, "table"
+                    return _checked(mechanism, point, params, table, table / low - 1)
                 if certified(candidate):
                     return candidate, candidate / low - 1, CERTIFIED
                 low = candidate
@@ -58,7 +81,31 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: 
         if math.isinf(table):
             raise
         return table, slack, "table"
-    return (found, 0.0, "live") if found < table else (table, 0.0, "table")
+    return (found, 0.0, "live") if found < table else _checked(mechanism, point, params, table, 0.0, found)
+
+
+def _checked(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
+             found: float = math.nan) -> Refined:
+    """(the table's eps, ``slack``, "table") unless the engine proves the exact eps above it:
+    one evaluation of its spectral lower path (``live.proves_above``), and where the engine's
+    search was kept out by the table (``found``, its certified eps, given) and that does not
+    prove it, the engine's own lower bound (``live.eps``: the few-users closed form, then its
+    lower search; the spectral path alone is weak for few users: krr k=3 eps0 1.5 n 50 delta 1e-6,
+    nothing proved above 0.5 where the lower bound is 1.17).  Where proved: ``Refuted``, with the
+    engine's certified eps (``found``, or searched now)."""
+    try:
+        wrong = live.proves_above(mechanism, {**point, "eps": table}, params)
+        if not wrong and not math.isnan(found):
+            found, low = live.eps(mechanism, point, params)
+            wrong = low > table
+        if wrong and math.isnan(found):
+            found = live.eps_upper(mechanism, point, params)
+    except ValueError:  # the engine cannot answer: no proof either way
+        return table, slack, "table"
+    if not wrong:
+        return table, slack, "table"
+    raise Refuted(f"at {where(mechanism, params, point)} the table's eps {table!r} is below the exact eps (the "
+                  f"engine proves it above; its certified eps {found!r})", (found, 0.0, "live"))
 
 
 def lower_eps(mechanism: str, point: dict[str, float], params: dict[str, Any], value: float, lower: float,
@@ -113,3 +160,8 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
     except ValueError:
         return table, slack, "table"
     return (found, 0.0, "live") if found > table else (table, 0.0, "table")
+
+
+def where(mechanism: str, params: dict[str, Any], point: dict[str, float]) -> str:
+    """A query point as a refutation names it: ``mechanism=krr k=3 eps0=1.5 n=50.0 delta=1e-06``."""
+    return " ".join(f"{k}={v!r}" for k, v in {"mechanism": mechanism, **params, **point}.items())

@@ -30,8 +30,10 @@ the engine is installed (``spot_check``): cells drawn at random (``SPOT_MIN`` at
 ``SPOT_SECONDS``; every cell of a small table), the stored eps certified by the engine
 (``tablegen.engine.certifies``) and the stored lower bound L refuted where the engine certifies
 an eps below it (exact <= L (1 - 1e-9) < L: L is no lower bound).  A failure refuses the table,
-names the cell and forgets its record; so does ``refute``, which the service calls when a live
-refinement proves a table value too low.
+names the cell and forgets its record; so does ``refute``, which every refinement calls (the
+service's, ``lookup.api``'s for the CLI and Python API) when the engine proves a table value too
+low, or a table lower bound above its certified eps.  Calibration tables (``lookup.calibration``)
+are trusted by provenance alone (``established``: no spot check).
 
 Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` writes the
 Ed25519 signature of the table's digest (``SIGNATURE.ed25519`` beside a store's manifest, not

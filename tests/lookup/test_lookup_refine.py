@@ -307,3 +307,52 @@ def test_the_service_refutes_a_table_value_below_a_proved_lower_bound(monkeypatc
     refiner.check("eps", "krr", point, {"eps": 0.10}, None, "no lower bound")
     refiner.check("delta", "krr", point, {"delta": 0.10}, 0.12, "not an eps")
     assert len(calls) == 1 and "eps0=1.5" in calls[0] and "0.1" in calls[0] and "0.12" in calls[0]
+
+
+def _forged(table_path: Path, factor: float, lower_factor: float | None) -> lookup.Table:
+    """The session's table with every eps times ``factor`` (capped at eps0) and lower bounds
+    ``lower_factor`` times the genuine eps (NaN: none), made in Python by a caller who vouches for
+    it (``from_arrays(..., vouch=True)``: no spot check at open, only refinements can catch it)."""
+    from lookup.table import from_arrays
+
+    genuine = lookup.open_table(table_path)
+    stored = np.stack([np.asarray(genuine.stored_eps(r), float) for r in range(len(genuine.families))])
+    cap = genuine.eps0[None, :, None, None]
+    eps = np.minimum(stored * factor, cap)
+    lower = np.full_like(eps, np.nan) if lower_factor is None else np.minimum(stored * lower_factor, eps)
+    return from_arrays("forged", genuine.families, genuine.params, genuine.eps0, genuine.n, genuine.delta, eps,
+                       lower, genuine.attrs, genuine.eps0_monotone, vouch=True)
+
+
+def test_a_refinement_refutes_a_table_eps_proved_below_the_exact_eps(table_path: Path) -> None:
+    """Issue 37 review (N3): only the service called lookup.trust.refute; the Python API (and the
+    CLI, which calls it) published a table value the engine proves too low whenever it was kept
+    over the engine's search.  Here every eps is halved: the refinement refutes the table and
+    answers the engine's certified eps (checked against the exact k-RR law)."""
+    forged = _forged(table_path, 0.5, None)
+    eps0, n, delta = 1.5, 50, 1e-6
+    a = lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=forged, max_slack=0.0)
+    assert a.source == "live" and a.certified
+    assert exact_delta(*law("krr", eps0, a.value), n) <= delta * (1 + 1e-9)
+    assert not forged.certified  # refuted: its table answers are labelled so from now on
+    assert lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=forged, max_slack=None).certified is False
+
+
+def test_a_refinement_refutes_a_table_lower_bound_above_the_engines_certified_eps(table_path: Path) -> None:
+    """A lower bound forged equal to an inflated upper value (x 1.5): the engine certifies less at
+    the query point (the lower bound read at n = 80, the upper value at n = 40), so the lower bound
+    is no lower bound; the table is refuted, the engine's value answered without it."""
+    forged = _forged(table_path, 1.5, 1.5)
+    eps0, n, delta = 1.0, 79, 1e-5
+    a = lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=forged, max_slack=0.0)
+    assert a.source in ("live", "certified estimate") and a.certified and not forged.certified
+    assert exact_delta(*law("krr", eps0, a.value), n) <= delta * (1 + 1e-9)
+    if np.isfinite(a.lower):  # proved by the engine, never the forged table's
+        assert max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, a.lower, 3)) > delta
+
+
+def test_a_genuine_table_kept_by_a_refinement_is_not_refuted(table_path: Path) -> None:
+    genuine = lookup.open_table(table_path)
+    for eps0, n, delta in [(1.5, 50, 1e-6), (0.8, 30, 1e-8), (3.0, 90, 1e-4)]:
+        lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=genuine, max_slack=0.0)
+    assert genuine.certified
