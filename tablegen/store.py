@@ -423,7 +423,7 @@ def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str 
         if sign_key is not None:
             from lookup.trust import sign
 
-            sign(tmp, sign_key)
+            sign(tmp, sign_key, digest)  # the digest of the bytes written, not read back
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
