@@ -51,7 +51,7 @@ from lookup import slices
 from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack, parse_number
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
-from lookup.pool import Busy, Pool, worker_table
+from lookup.pool import LRU, Busy, Pool, worker_table
 from lookup.table import Table, TableError, open_table
 
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
@@ -133,7 +133,7 @@ class Refiner:
 
     def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str) -> None:
         self.settings, self.pool, self.table, self.prefix = settings, pool, table, prefix
-        self.slices = slices.SliceCache(settings.slice_cache)
+        self.slices = LRU(settings.slice_cache)  # eps0 slices
         self.failed: set[str] = set()  # slices the engine refused (not tried again)
         self.axes: tuple[list[int], list[float]] | None = None
 
@@ -250,7 +250,7 @@ class Metrics:
             counts[-1] += 1
         self.latency_sum[source] += seconds
 
-    def text(self, live: Pool, background: Pool, sliced: slices.SliceCache) -> str:
+    def text(self, live: Pool, background: Pool, sliced: LRU) -> str:
         lines = ["# HELP lookup_requests_total HTTP requests by endpoint, status and source of the answer.",
                  "# TYPE lookup_requests_total counter"]
         for (endpoint, status, source), count in sorted(self.requests.items()):
@@ -273,12 +273,12 @@ class Metrics:
                   ("lookup_live_workers", "Worker processes of the live pool.", "gauge", live.workers),
                   ("lookup_live_cache_entries", "Live answers in the LRU cache.", "gauge", len(live.cache)),
                   ("lookup_live_cache_hits_total", "Live answers served from the cache.", "counter",
-                   live.counts["cache_hits"]),
+                   live.cache.hits),
                   ("lookup_live_timeouts_total", "Tasks ended (their worker alone replaced) past their time limit.",
                    "counter", live.counts["timeouts"]),
                   ("lookup_live_worker_deaths_total", "Tasks whose worker died (memory limit, crash).", "counter",
                    live.counts["deaths"]),
-                  ("lookup_slices", "eps0 slices kept.", "gauge", len(sliced.slices)),
+                  ("lookup_slices", "eps0 slices kept.", "gauge", len(sliced)),
                   ("lookup_slice_hits_total", "Answers read from an eps0 slice.", "counter", sliced.hits)]
         for name, help_text, kind, value in gauges:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
@@ -557,9 +557,7 @@ def _mechanism_validator() -> Any:
 
     def validate(mechanism: str, params: dict[str, Any], numbers: dict[str, float]) -> None:
         if "eps0" in numbers:
-            checked_eps0(numbers["eps0"])
-            if numbers["eps0"] < EPS0_MIN:
-                raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, 40], got eps0={numbers['eps0']!r}")
+            checked_eps0(numbers["eps0"])  # the engine's domain, EPS0_MIN included
         checked_n(numbers["n"])
         if mechanism != "generic-closed-form":
             get_mechanism(mechanism).resolve(params)

@@ -58,19 +58,47 @@ def _ready() -> int:
     return os.getpid()
 
 
+class LRU:
+    """The ``size`` most recently used entries (none for size 0), with a count of hits."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: str) -> Any:
+        """The entry of ``key``, now the most recent (None: not kept)."""
+        found = self.entries.get(key)
+        if found is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+        return found
+
+    def put(self, key: str, value: Any) -> None:
+        if not self.size:
+            return
+        self.entries[key] = value
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
 class Pool:
     """pebble's ProcessPool with admission counts, shared in-flight tasks and an LRU of results."""
 
     def __init__(self, workers: int, queue: int, background: int, cache_size: int, table: str | None,
                  memory_mb: int) -> None:
-        self.workers, self.queue, self.background, self.cache_size = workers, queue, background, cache_size
+        self.workers, self.queue, self.background = workers, queue, background
         self.table, self.memory_mb = table, memory_mb
         self.pool: Any = None
         self.started: list[Any] = []
         self.admitted = {"answer": 0, "background": 0}
-        self.cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.cache = LRU(cache_size)
         self.inflight: dict[str, asyncio.Future[Any]] = {}
-        self.counts: collections.Counter[str] = collections.Counter()  # cache hits, timeouts, deaths
+        self.counts: collections.Counter[str] = collections.Counter()  # timeouts, deaths
 
     def start(self) -> None:
         import multiprocessing
@@ -97,11 +125,7 @@ class Pool:
 
     def cached(self, key: str) -> Any:
         """The finished result of ``key`` (None: not computed)."""
-        if key in self.cache:
-            self.cache.move_to_end(key)
-            self.counts["cache_hits"] += 1
-            return self.cache[key]
-        return None
+        return self.cache.get(key)
 
     def has_room(self, kind: str) -> bool:
         limit = self.queue if kind == "answer" else self.background
@@ -129,10 +153,8 @@ class Pool:
         if future.cancelled():
             return
         error = future.exception()
-        if error is None and keep and self.cache_size:
-            self.cache[key] = future.result()
-            while len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+        if error is None and keep:
+            self.cache.put(key, future.result())
         elif isinstance(error, TimeoutError):
             self.counts["timeouts"] += 1
         elif type(error).__name__ == "ProcessExpired":

@@ -25,7 +25,6 @@ digest, the engine version, the mechanism, its parameters and eps0.
 
 from __future__ import annotations
 
-import collections
 import math
 from typing import Any
 
@@ -78,27 +77,3 @@ class Slice:
             return value, math.nan, corner
         opposite = chord(lambda d: float(self.values[cell.n_up, d]), cell)
         return value, (value / opposite - 1 if opposite > 0 else math.nan), corner
-
-
-class SliceCache:
-    """An LRU of ``size`` slices."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.slices: collections.OrderedDict[str, Slice] = collections.OrderedDict()
-        self.hits = 0
-
-    def get(self, key: str) -> Slice | None:
-        found = self.slices.get(key)
-        if found is not None:
-            self.slices.move_to_end(key)
-            self.hits += 1
-        return found
-
-    def put(self, key: str, value: Slice) -> None:
-        if not self.size:
-            return
-        self.slices[key] = value
-        self.slices.move_to_end(key)
-        while len(self.slices) > self.size:
-            self.slices.popitem(last=False)
