@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from dask_processes import scheduler_address
 from distributed import Client
 from shuffle_reference import exact_delta, krr_lower_laws, krr_upper_law
 
@@ -245,15 +246,11 @@ def test_local_cluster_and_real_scheduler_give_the_same_table(spec_path: Path, t
                                str(scheduler_file), "--host", "127.0.0.1", "--port", "0",
                                "--no-dashboard"], env=env, stderr=subprocess.DEVNULL)]
     try:
-        deadline = time.time() + 60
-        while not scheduler_file.exists() and time.time() < deadline:
-            time.sleep(0.1)
+        address = scheduler_address(scheduler_file)
         for _ in range(2):
-            procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
-                                           str(scheduler_file), "--nthreads", "1", "--no-dashboard"],
+            procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
+                                           "--nthreads", "1", "--no-dashboard"],
                                           env=env, stderr=subprocess.DEVNULL))
-
-        address = json.loads(scheduler_file.read_text())["address"]
         with Client(address, timeout=60) as client:
             client.wait_for_workers(2, timeout=60)
         report = build(load_spec(spec_path), tmp_path / "remote.zarr", scheduler=address, progress=False,

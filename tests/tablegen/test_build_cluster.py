@@ -4,7 +4,6 @@ mid-build, a worker running another engine (refused, named), retries, an unreach
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from dask_processes import scheduler_address
 from distributed import Client, LocalCluster
 
 from tablegen import build as builder
@@ -85,10 +85,7 @@ class Cluster:
         info = self.root / "scheduler.json"
         self._spawn("scheduler", [*DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                   "--scheduler-file", str(info)])
-        deadline = time.time() + 60
-        while not info.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        self.address = json.loads(info.read_text())["address"]
+        self.address = scheduler_address(info)
 
     def start_worker(self, name: str, *extra: str) -> None:
         """A worker (with its nanny) whose working and temporary directories are its own."""
