@@ -40,7 +40,9 @@ class Answer:
     k-RR read at another grid k; NaN otherwise), the estimated relative slack over the live
     certified value (NaN where unknown, e.g. from the grid edge), whether a table answer
     came from the edge of the grid, and whether the value is certified: False only for a table
-    answer from a table opened with ``verified=False`` that nothing vouches for (docs/trust.md)."""
+    answer from a table opened with ``verified=False`` that nothing vouches for, or refuted
+    (docs/trust.md).  ``refuted``: non-empty where this call's refinement proved a value of the
+    table wrong (where and by how much); the table is refused from then on (``lookup.trust.refute``)."""
 
     value: Any
     lower: Any
@@ -49,6 +51,7 @@ class Answer:
     slack: Any
     edge: Any
     certified: Any = True
+    refuted: str = ""
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
@@ -91,33 +94,35 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         guess = np.full(q.size, np.nan)
         guess[inside] = eps_estimate(q.table, q.rows, *(q.args[k][inside] for k in ("eps0", "n", "delta")))
         for i in todo:
-            value[i], slack[i], source[i], lower[i] = _refined_eps(q, i, value[i], slack[i], guess[i],
-                                                                   min(max_slack, refine.STEP), lower[i])
+            value[i], slack[i], source[i], lower[i] = _checked(
+                q, i, "eps", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps(
+                    q.mechanism, point, q.params, v, s, g, min(max_slack, refine.STEP)), lower[i])
             ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
                 q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
             lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
 
 
-def _refined_eps(q: _Queries, i: int, table: float, slack: float, guess: float, step: float,
-                 lower: float) -> tuple[float, float, str, float]:
-    """(value, slack, source, lower) of query ``i`` refined by ``refine.eps``, every refinement a
-    check of the table (issue 37): its eps proved below the exact eps there (``refine.Refuted``),
-    or its lower bound above the engine's certified eps, refutes it (``lookup.trust.refute``: its
-    trust record forgotten, later opens in this process refused, this ``Table`` no longer
-    certified) and the engine's certified value is answered, without the table's lower bound."""
+def _checked(q: _Queries, i: int, kind: str, refinement: Any, lower: float) -> tuple[float, float, str, float]:
+    """(value, slack, source, lower) of query ``i`` refined by ``refinement(point)`` (a ``refine``
+    function), every refinement a check of the table (issue 37): its value proved wrong there
+    (``refine.Refuted``), or its lower bound above the engine's certified value, refutes it
+    (``lookup.trust.refute``: its trust record forgotten, later opens in this process refused,
+    this ``Table`` no longer certified, ``q.refuted`` the detail) and the engine's certified
+    value is answered, without the table's lower bound."""
     from lookup import trust
 
     point = q.point(i)
     try:
-        value, slack, source = refine.eps(q.mechanism, point, q.params, table, slack, guess, step)
+        value, slack, source = refinement(point)
     except refine.Refuted as found:
         detail, (value, slack, source) = found.detail, found.refined
     else:
         if not (source != "table" and lower > value):
             return value, slack, source, lower
         detail = (f"at {refine.where(q.mechanism, q.params, point)} the table's lower bound {lower!r} is above the "
-                  f"engine's certified eps {value!r}")
+                  f"engine's certified {kind} {value!r}")
+    q.refuted = q.refuted or detail
     with contextlib.suppress(TableError):
         trust.refute(q.table, detail)
     return value, slack, source, math.nan
@@ -170,7 +175,9 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
         value, lower, slack, outside, edge = rules.delta_at(q.table, q.rows, c, q.args["eps0"], q.args["eps"])
     source = q.live(live, outside, lambda i: live_engine.delta(q.mechanism, q.point(i), q.params), value, lower)
     for i in q.loose(live, max_slack, source, slack):
-        value[i], slack[i], source[i] = refine.delta(q.mechanism, q.point(i), q.params, value[i], slack[i])
+        value[i], slack[i], source[i], lower[i] = _checked(
+            q, i, "delta", lambda point, v=value[i], s=slack[i]: refine.delta(q.mechanism, point, q.params, v, s),
+            lower[i])
     return q.answer(value, lower, source, q.grid(c, source), slack, edge)
 
 
@@ -195,9 +202,11 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         n_, eps_, delta_ = (q.args[k][inside] for k in ("n", "eps", "delta"))
         guess[inside] = eps0_estimate(q.table, q.rows, n_, eps_, delta_, value[inside],
                                       value[inside] * (1 + slack[inside]))
+        step = min(max_slack, refine.STEP_EPS0)
         for i in todo:
-            value[i], slack[i], source[i] = refine.eps0_max(q.mechanism, q.point(i), q.params, value[i], slack[i],
-                                                            guess[i], min(max_slack, refine.STEP_EPS0))
+            value[i], slack[i], source[i], _ = _checked(
+                q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps0_max(
+                    q.mechanism, point, q.params, v, s, g, step), math.nan)
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
@@ -264,6 +273,7 @@ class _Queries:
         self.table: Table = table if isinstance(table, Table) else (
             default_table() if table is None else open_table(table))
         self.rows = rules.rows(self.table, mechanism, self.params)
+        self.refuted = ""  # set by ``_checked`` where a refinement proves the table wrong
 
     def nan(self) -> np.ndarray:
         return np.full(self.size, np.nan)
@@ -336,7 +346,7 @@ class _Queries:
 
         certified = (source != "table") | self.table.certified
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
-                      out(edge), out(certified))
+                      out(edge), out(certified), self.refuted)
 
 
 def loose(source: Any, slack: Any, max_slack: float | None) -> np.ndarray:

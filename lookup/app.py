@@ -108,7 +108,8 @@ class Refused(ValueError):
 def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> dict[str, Any]:
     """The library's answer with live computation on (runs in a worker process)."""
     answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs)
-    return json_ready(kind, answer)
+    body = json_ready(kind, answer)
+    return {**body, "refuted": answer.refuted} if answer.refuted else body  # for Refiner.improve, never sent
 
 
 def _worker_composed(mechanism: str, kwargs: dict[str, Any], composition: dict[str, Any],
@@ -161,7 +162,12 @@ class Refiner:
             if not done or future.exception() is not None:
                 return {**body, "refined": False}
             refined = future.result()
-        self.check(kind, mechanism, kwargs, body, refined.get("eps_lower"), "a live refinement's proved lower bound")
+        refuted = refined.pop("refuted", None)  # the worker's refinement proved the table wrong
+        if refuted:
+            self.refute(refuted)
+        if refuted or self.check(kind, mechanism, kwargs, body, refined.get("eps_lower"),
+                                 "a live refinement's proved lower bound"):
+            return refined  # the table's value is not certified: the engine's is answered
         better = {"eps": operator.le, "delta": operator.le, "eps0_max": operator.ge}[kind]
         name = ENDPOINT_VALUE[kind]
         return refined if better(refined[name], body[name]) else body
@@ -184,9 +190,10 @@ class Refiner:
         if body is None:
             return {"eps": value, "eps_lower": None, "certified": True, "source": "slice", "corner": corner,
                     "slack": slack, "edge": False}
-        self.check("eps", mechanism, kwargs, {"eps": value}, body.get("eps_lower"), "the table's lower bound",
-                   upper_is_engine=True)
-        return {**body, "eps": value, "source": "slice", "corner": corner, "slack": slack, "edge": False}
+        refuted = self.check("eps", mechanism, kwargs, {"eps": value}, body.get("eps_lower"),
+                             "the table's lower bound", upper_is_engine=True)
+        return {**body, "eps": value, "source": "slice", "corner": corner, "slack": slack, "edge": False,
+                **({"eps_lower": None} if refuted else {})}
 
     def slice_key(self, mechanism: str, kwargs: dict[str, Any]) -> str:
         params = {k: v for k, v in kwargs.items() if k in HELP}
@@ -213,20 +220,26 @@ class Refiner:
         future.add_done_callback(done)
 
     def check(self, kind: str, mechanism: str, kwargs: dict[str, Any], upper: dict[str, Any], lower: Any,
-              what: str, upper_is_engine: bool = False) -> None:
+              what: str, upper_is_engine: bool = False) -> bool:
         """A certified eps below a lower bound at the same point proves one of them wrong: the
-        table's (``lookup.trust.refute``, where the trust module has it; the service then answers
-        the engine's value).  ``upper_is_engine``: the upper bound is the engine's, the lower the
-        table's; else the lower bound is the engine's and the upper the table's."""
-        from lookup import trust
-
-        if kind != "eps" or lower is None or not lower > upper["eps"] or not hasattr(trust, "refute"):
-            return
+        table's (``refute``; True, the service then answers the engine's value).
+        ``upper_is_engine``: the upper bound is the engine's, the lower the table's; else the lower
+        bound is the engine's and the upper the table's."""
+        if kind != "eps" or lower is None or not lower > upper["eps"]:
+            return False
         point = " ".join(f"{k}={v!r}" for k, v in {"mechanism": mechanism, **kwargs}.items())
         source = ("the engine's certified eps", "the table's lower bound") if upper_is_engine else \
             ("the table's eps", what)
+        self.refute(f"at {point} {source[0]} {upper['eps']!r} is below {source[1]} {lower!r}")
+        return True
+
+    def refute(self, detail: str) -> None:
+        """The served table refused (``lookup.trust.refute``): its trust record forgotten, its
+        answers labelled ``"certified": false`` from now on."""
+        from lookup import trust
+
         with contextlib.suppress(TableError):
-            trust.refute(self.table, f"at {point} {source[0]} {upper['eps']!r} is below {source[1]} {lower!r}")
+            trust.refute(self.table, detail)
 
 
 # ---------------------------------------------------------------- metrics

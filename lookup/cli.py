@@ -100,6 +100,8 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
         opened = lookup.open_table(table, verified=False) if unverified else table  # lookup.trust: provenance
         answer = getattr(lookup, kind)(mechanism, table=opened, live=not no_live,
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
+        if answer.refuted:  # the answer is the engine's; the table is refused from now on
+            click.echo(f"warning: the table was refused: {answer.refuted}", err=True)
         rounds, rate = arguments.get("rounds"), arguments.get("sample_rate")
         out = json_ready(kind, answer, int(rounds) if rounds is not None else None)
         return out if rate is None else {**out, "sample_rate": rate}

@@ -20,8 +20,12 @@ table is below the bracket's top, or below the engine's certified search), one e
 engine's spectral lower path asks whether the exact eps is proved ABOVE that value
 (``live.proves_above``), and where the full search ran, the engine's own lower bound too; if so
 the table is wrong there, and ``Refuted`` is raised with the point, both values and the engine's
-certified eps, which the caller publishes (``lookup.api``: after ``lookup.trust.refute``).  A
-proof, never an estimate, refutes: a genuine table is never refused.
+certified eps, which the caller publishes (``lookup.api``: after ``lookup.trust.refute``).  delta
+and eps0_max are checked where they keep the table's value by one engine evaluation with its
+lower bound (``live.delta``): the exact delta at eps proved above the table's delta, or the
+exact delta at (the table's eps0_max, eps) proved above delta (so the exact eps there is above
+the asked eps).  A proof, never an estimate, refutes: a genuine table is
+never refused.
 
 Why a table value kept inside the bracket is sound: it is published as what it is, the table's
 value read by the conservative rules, labelled ``"table"`` and certified exactly as far as the
@@ -128,12 +132,18 @@ def lower_eps(mechanism: str, point: dict[str, float], params: dict[str, Any], v
 
 def delta(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float) -> Refined:
     """Certified delta at ``point`` (eps0, n, eps) no larger than the table's ``table``: one
-    engine evaluation."""
+    engine evaluation with its lower bound (``live.delta``); where the table's value is kept and
+    the engine's lower bound on the exact delta is above it, the table is wrong (``Refuted``)."""
     try:
-        found = live.delta_upper(mechanism, point, params)
+        found, low = live.delta(mechanism, point, params)
     except ValueError:
         return table, slack, "table"
-    return (found, 0.0, "live") if found < table else (table, 0.0, "table")
+    if found < table:
+        return found, 0.0, "live"
+    if low > table:
+        raise Refuted(f"at {where(mechanism, params, point)} the table's delta {table!r} is below the engine's "
+                      f"lower bound {low!r} on the exact delta (its certified delta {found!r})", (found, 0.0, "live"))
+    return table, 0.0, "table"
 
 
 def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
@@ -141,7 +151,8 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
     """Certified eps0_max at ``point`` (eps, n, delta) no smaller than the table's ``table``:
     an eps0 whose certified eps at (n, delta) is <= eps (any eps0 the engine certifies is a
     valid answer, whether or not eps is monotone in eps0).  The slack is the ratio of an eps0
-    the engine refused to the answer (an estimate: a larger eps0 might pass again)."""
+    the engine refused to the answer (an estimate: a larger eps0 might pass again).  Where the
+    table's eps0 is kept, it is checked (``_checked_eps0``)."""
     def certified(e0: float) -> bool:
         return live.certifies(mechanism, {"eps0": e0, "n": point["n"], "eps": point["eps"], "delta": point["delta"]},
                               params)
@@ -152,14 +163,33 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
             for _ in range(TIERS + 1):
                 candidate = high / (1 + step)
                 if candidate <= table:
-                    return table, high / table - 1, "table"
+                    return _checked_eps0(mechanism, point, params, table, high / table - 1)
                 if certified(candidate):
                     return candidate, high / candidate - 1, CERTIFIED
                 high = candidate
         found = live.eps0_max(mechanism, point, params)
     except ValueError:
         return table, slack, "table"
-    return (found, 0.0, "live") if found > table else (table, 0.0, "table")
+    return (found, 0.0, "live") if found > table else _checked_eps0(mechanism, point, params, table, 0.0, found)
+
+
+def _checked_eps0(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
+                  found: float = math.nan) -> Refined:
+    """(the table's eps0_max, ``slack``, "table") unless the engine proves the exact eps at that
+    eps0 above the asked eps: its lower bound on the exact delta at (that eps0, eps) above delta
+    (one evaluation, ``live.delta``).  The table then claimed a certified eps it cannot have, and
+    ``Refuted`` carries the engine's eps0_max (``found``, or searched now)."""
+    at = {"eps0": table, "n": point["n"], "eps": point["eps"]}
+    try:
+        if not (table > 0 and live.delta(mechanism, at, params)[1] > point["delta"]):
+            return table, slack, "table"
+        if math.isnan(found):
+            found = live.eps0_max(mechanism, point, params)
+    except ValueError:  # the engine cannot answer: no proof either way
+        return table, slack, "table"
+    raise Refuted(f"at {where(mechanism, params, {**at, 'delta': point['delta']})} the table's eps0_max {table!r} "
+                  f"has an exact eps above {point['eps']!r} (the engine's lower bound on the exact delta there is "
+                  f"above {point['delta']!r}; its certified eps0_max {found!r})", (found, 0.0, "live"))
 
 
 def where(mechanism: str, params: dict[str, Any], point: dict[str, float]) -> str:

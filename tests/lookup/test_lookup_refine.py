@@ -356,3 +356,57 @@ def test_a_genuine_table_kept_by_a_refinement_is_not_refuted(table_path: Path) -
     for eps0, n, delta in [(1.5, 50, 1e-6), (0.8, 30, 1e-8), (3.0, 90, 1e-4)]:
         lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=genuine, max_slack=0.0)
     assert genuine.certified
+
+
+def test_a_delta_refinement_refutes_a_table_delta_below_the_exact_delta(table_path: Path) -> None:
+    """Every eps halved: the table's delta at eps is then below the exact delta (checked here by the
+    exact sums of k-RR's Theorem-5 pairs, real dataset pairs); the refinement refutes the table,
+    answers the engine's certified delta (>= the exact sum of the k-RR upper law) and says so."""
+    forged = _forged(table_path, 0.5, None)
+    eps0, n, eps = 1.5, 50, 1.0
+    table_delta = lookup.delta("krr", k=3, eps0=eps0, n=n, eps=eps, table=forged, max_slack=None).value
+    exact_at_least = max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, eps, 3))
+    assert table_delta < exact_at_least  # the forgery is wrong, independently of the engine
+    a = lookup.delta("krr", k=3, eps0=eps0, n=n, eps=eps, table=forged, max_slack=0.0)
+    assert a.source == "live" and a.certified and not forged.certified and "delta" in a.refuted
+    assert a.value >= exact_delta(*krr_upper_law(eps0, eps, 3), n) * (1 - 1e-9) and np.isnan(a.lower)
+
+
+def test_an_eps0_max_refinement_refutes_a_table_eps0_whose_exact_eps_is_above_the_target(table_path: Path) -> None:
+    forged = _forged(table_path, 0.5, None)
+    eps, n, delta = 0.6, 50, 1e-6
+    table_eps0 = lookup.eps0_max("krr", k=3, eps=eps, n=n, delta=delta, table=forged, max_slack=None).value
+    assert max(exact_delta(*law_, n) for law_ in krr_lower_laws(table_eps0, eps, 3)) > delta  # exact eps > 0.6
+    a = lookup.eps0_max("krr", k=3, eps=eps, n=n, delta=delta, table=forged, max_slack=0.0)
+    assert a.source == "live" and not forged.certified and "eps0_max" in a.refuted
+    assert a.value < table_eps0 and exact_delta(*krr_upper_law(a.value, eps, 3), n) <= delta * (1 + 1e-9)
+
+
+def test_delta_and_eps0_max_refinements_keep_a_genuine_table(table_path: Path) -> None:
+    genuine = lookup.open_table(table_path)
+    for eps0, n, x in [(1.5, 50, 1.0), (0.8, 30, 0.5), (3.0, 70, 1.5)]:
+        assert not lookup.delta("krr", k=3, eps0=eps0, n=n, eps=x, table=genuine, max_slack=0.0).refuted
+        assert not lookup.eps0_max("krr", k=3, eps=x, n=n, delta=1e-6, table=genuine, max_slack=0.0).refuted
+    assert genuine.certified
+
+
+def test_the_service_refutes_its_table_when_a_workers_refinement_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refinement run in a worker process refutes the worker's copy of the table; the answer it
+    sends back says so ("refuted", never sent to the client): the server process refutes its own
+    table and answers the engine's value, even where the table's (forged) value is smaller."""
+    pytest.importorskip("starlette")
+    import asyncio
+
+    from lookup import trust
+    from lookup.app import Refiner, Settings
+
+    class Pool:
+        def cached(self, key: str) -> dict:
+            return {"delta": 0.02, "delta_lower": None, "certified": True, "source": "live", "refuted": "at x: wrong"}
+
+    calls = []
+    monkeypatch.setattr(trust, "refute", lambda table, detail: calls.append(detail))
+    body = {"delta": 0.001, "delta_lower": None, "certified": True, "source": "table", "slack": 0.5}
+    point = {"eps0": 1.5, "n": 50.0, "eps": 0.4}
+    out = asyncio.run(Refiner(Settings(), Pool(), object(), "tag").improve("delta", "krr", point, 0.0, body))
+    assert calls == ["at x: wrong"] and out["delta"] == 0.02 and "refuted" not in out
