@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from lookup import codecs as decoders
-from lookup.table import MANIFEST, UNLISTED, TableError, parse_manifest
+from lookup.manifest import MANIFEST, UNLISTED, TableError, parse_manifest
 
 NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                   "uint32", "uint64", "float16", "float32", "float64")}

@@ -44,15 +44,9 @@ import numpy as np
 
 from lookup import checks
 from lookup.checks import canonical_params
+from lookup.manifest import MANIFEST, UNLISTED, TableError, read_manifest
 
-MANIFEST = "MANIFEST.sha256"
-SIGNATURE = "SIGNATURE.ed25519"  # optional, beside the manifest: an Ed25519 signature of it (lookup.trust)
-UNLISTED = (MANIFEST, SIGNATURE)  # the files of a store its manifest does not list
 ENV_TABLE = "SHUFFLE_EPS_TABLE"
-
-
-class TableError(ValueError):
-    """A table that is missing, corrupted, tampered with, or does not cover a query."""
 
 
 @dataclass
@@ -284,20 +278,6 @@ def read_verified_listing(store: Path, attempts: int = 2) -> tuple[dict[str, byt
         problem = (f"{bad[0]} does not match its SHA-256 in the manifest" if bad
                    else f"file set differs from the manifest ({(unlisted + missing)[0]})")
     raise TableError(f"{store}: refused, {problem} (corrupted or modified); rebuild or re-download it")
-
-
-def read_manifest(store: Path) -> dict[str, str]:
-    """``MANIFEST.sha256`` (``sha256sum`` format) as relative path -> hex digest."""
-    return parse_manifest((store / MANIFEST).read_text())
-
-
-def parse_manifest(text: str) -> dict[str, str]:
-    """The text of a manifest as relative path -> hex digest."""
-    listed = {}
-    for line in text.splitlines():
-        digest, _, rel = line.partition("  ")
-        listed[rel] = digest
-    return listed
 
 
 def store_files(store: Path) -> list[str]:

@@ -35,7 +35,7 @@ service's, ``lookup.api``'s for the CLI and Python API) when the engine proves a
 low, or a table lower bound above its certified eps.  Calibration tables (``lookup.calibration``)
 are trusted by provenance alone (``established``: no spot check).
 
-Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` writes the
+Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` (``lookup.signing``) writes the
 Ed25519 signature of the table's digest (``SIGNATURE.ed25519`` beside a store's manifest, not
 listed in it; ``FILE.sig`` beside a device file), JSON with the raw public key, the signature of
 ``SIGNED`` + the digest's hex digits, and the digest.  Signing and checking need the
@@ -55,6 +55,8 @@ import stat
 import time
 from pathlib import Path
 from typing import Any, NoReturn
+
+from lookup.manifest import SIGNATURE, TableError
 
 # SHA-256 of the manifest listing (``listing_digest``) of each table this package ships
 PINNED = {
@@ -129,7 +131,6 @@ def established(path: str | Path, digest: str, verified: bool = True) -> str:
     """The provenance of the artefact at ``path`` whose files have ``digest`` (``provenance``),
     ``"unverified"`` where nothing vouches for it and ``verified`` is False.  TableError: refuted
     in this process, or nothing vouches for it and ``verified`` (the message names the four ways)."""
-    from lookup.table import TableError
 
     if digest in _REFUTED:
         raise TableError(_REFUTED[digest])
@@ -145,7 +146,6 @@ def vouch(table: Any, digest: str, verified: bool = True) -> None:
     have ``digest``, and spot-check it (``spot_check``) unless it is shipped.  TableError: refuted
     before, nothing vouches for it and ``verified`` (the message names the four ways), or a spot
     check fails (its record forgotten)."""
-    from lookup.table import TableError
 
     how = established(table.path, digest, verified)
     table.provenance, table.certified = how, how != "unverified"
@@ -172,7 +172,6 @@ def refute(table: Any, detail: str) -> NoReturn:
     bound at a cell, found by a live refinement; ``detail`` names the cell and both values).
     Its trust record is forgotten and every later open in this process is refused; raises the
     TableError saying so."""
-    from lookup.table import TableError
 
     message = f"{table.path}: refused, {detail}; its values are not certified (trust record forgotten)"
     if table.digest:  # a table made in Python (lookup.table.from_arrays) has none: refused as itself only
@@ -354,48 +353,14 @@ def trusted_key_files() -> list[str]:
 
 def signature_path(path: str | Path) -> Path:
     """Where the signature of the table or device file at ``path`` lives."""
-    from lookup.table import SIGNATURE
-
     path = Path(path)
     return path / SIGNATURE if path.is_dir() else path.with_name(path.name + ".sig")
-
-
-def table_digest(path: str | Path) -> str:
-    """The digest a signature covers: a store's ``listing_digest``, a device file's SHA-256."""
-    from lookup.device import read_device
-    from lookup.table import read_manifest
-
-    path = Path(path)
-    if path.is_dir():
-        return listing_digest(read_manifest(path))
-    return read_device(str(path), verified=False).header["sha256"]  # its signer vouches for it
-
-
-def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
-    """Write the Ed25519 signature of the digest of the table or device file at ``path``
-    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"--sign-key {key_file}: not an Ed25519 private key (openssl genpkey -algorithm ed25519)")
-    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    digest = digest or table_digest(path)
-    text = json.dumps({"public_key": public.hex(), "signature": key.sign(SIGNED + digest.encode()).hex(),
-                       "digest": digest})
-    target = signature_path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
-    return target
 
 
 def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
     """True if ``path`` carries a signature of ``digest`` by a trusted key; False if it carries
     none, none by a trusted key, or no key is trusted; TableError if a trusted key's signature
     does not verify (the table changed after it was signed)."""
-    from lookup.table import TableError
 
     keys = trusted_key_files()
     target = signature_path(path)

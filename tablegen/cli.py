@@ -473,8 +473,8 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
 @click.option("--key", "key_file", required=True, help="Ed25519 private key (PEM): openssl genpkey -algorithm ed25519")
 def sign(path: str, key_file: str) -> None:
     """Sign a published table or a device file (readers trusting the key need no spot certification)."""
+    from lookup.signing import sign as sign_table
     from lookup.table import TableError
-    from lookup.trust import sign as sign_table
 
     try:
         click.echo(f"signed: {sign_table(path, key_file)}")

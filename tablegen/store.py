@@ -56,7 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from lookup.table import MANIFEST, manifest_mismatches, read_manifest, store_files
+from lookup.manifest import MANIFEST, read_manifest
+from lookup.table import manifest_mismatches, store_files
 
 CELLS = "cells.zarr"
 VARIABLES = ("eps", "eps_lower")

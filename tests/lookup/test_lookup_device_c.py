@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lookup import checks, device, trust
+from lookup import checks, device, signing, trust
 from lookup.device import MAGIC, DeviceFileError, checksum_v1, encode, header_sha256, read_device
-from lookup.table import read_manifest
+from lookup.manifest import read_manifest
 from tablegen.export import export_device
 
 C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "c"
@@ -474,14 +474,14 @@ def test_the_c_reader_checks_ed25519_signatures_with_libsodium(build_dir: Path, 
     bundled = run(query_tool, "--bundled")
     assert bundled.returncode == 0
     assert run(tool, "--key", ours_hex).returncode == SIGNATURE  # unsigned (no .sig): stripped
-    trust.sign(device, ours)
+    signing.sign(device, ours)
     signed = run(tool, "--key", ours_hex)
     assert signed.returncode == 0 and float(signed.stdout) == float(bundled.stdout)
     assert run(tool, "--key", theirs_hex).returncode == SIGNATURE  # signed by a key the device does not trust
     assert run(query_tool, "--key", ours_hex).returncode == NO_SODIUM  # a build without libsodium cannot check
-    trust.sign(device, theirs)
+    signing.sign(device, theirs)
     assert run(tool, "--key", ours_hex).returncode == SIGNATURE
-    trust.sign(device, ours)
+    signing.sign(device, ours)
     other = tmp_path / "generic.dev"  # a signature moved onto another file: it names other content
     shutil.copy(files["generic"], other)
     shutil.copy(trust.signature_path(device), trust.signature_path(other))

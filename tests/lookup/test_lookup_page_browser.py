@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from lookup import trust
+from lookup.manifest import read_manifest
 from lookup.page import registry
-from lookup.table import read_manifest
 
 try:
     from selenium.common.exceptions import StaleElementReferenceException

@@ -15,8 +15,8 @@ import xarray as xr
 from click.testing import CliRunner
 
 import lookup
-from lookup import trust
-from lookup.table import TableError, read_manifest
+from lookup import signing, trust
+from lookup.manifest import TableError, read_manifest
 from tablegen import store
 from tablegen.cli import main as tablegen_main
 
@@ -188,7 +188,7 @@ def test_a_signed_table_changed_after_signing_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     private, public = keys
     out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: ds)
-    trust.sign(out, private)
+    signing.sign(out, private)
     signature = trust.signature_path(out).read_bytes()
     out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: _scaled_row(ds, 0.5))  # republished, damaged
     trust.signature_path(out).write_bytes(signature)  # the old signature kept beside the new files
@@ -211,7 +211,7 @@ def test_a_device_file_signed_by_a_trusted_key_is_vouched_for(table_path: Path, 
     export_device(device, "krr", {}, str(table_path))
     assert lookup.open_table(device).provenance == "built"  # tablegen export records what it wrote
     lookup.table._OPEN.clear()
-    trust.forget(trust.table_digest(device))
+    trust.forget(signing.table_digest(device))
     assert CliRunner().invoke(tablegen_main, ["sign", str(device), "--key", str(private)]).exit_code == 0
     assert (tmp_path / "krr.dev.sig").is_file()
     monkeypatch.setenv(trust.ENV_KEYS, str(public))

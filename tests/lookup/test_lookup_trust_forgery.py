@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 import lookup
 import lookup.cli
-from lookup import live, trust
+from lookup import live, signing, trust
+from lookup.manifest import TableError, read_manifest
 from lookup.reader import crc32c, open_group
-from lookup.table import TableError, read_manifest
 from tablegen import store
 from tablegen.cli import main as tablegen_main
 from tablegen.verify import verify
@@ -269,10 +269,10 @@ def test_stripped_and_foreign_signatures_are_refused_once_a_key_is_trusted(
     lookup.table._OPEN.clear()
     with pytest.raises(TableError, match="not signed, and trusted keys are configured"):
         lookup.open_table(custom)  # built here, but the operator wants signatures
-    trust.sign(custom, keys["theirs"][0])
+    signing.sign(custom, keys["theirs"][0])
     with pytest.raises(TableError, match="signed by a key that is not trusted"):
         lookup.open_table(custom)
-    trust.sign(custom, keys["ours"][0])
+    signing.sign(custom, keys["ours"][0])
     assert lookup.open_table(custom).provenance == "signed"
     trust.signature_path(custom).unlink()  # stripped
     lookup.table._OPEN.clear()  # a table's provenance is established once per process
@@ -325,7 +325,7 @@ def test_a_genuine_custom_table_built_copied_signed_and_verified(
         lookup.open_table(copy)
     for way in ("shipped with shuffle-eps", "built on this machine", "signed by a trusted key", "verify --full"):
         assert way in str(refused.value)
-    trust.sign(copy, keys["ours"][0])
+    signing.sign(copy, keys["ours"][0])
     monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
     assert lookup.open_table(copy).provenance == "signed"
     monkeypatch.delenv(trust.ENV_KEYS)

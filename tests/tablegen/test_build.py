@@ -392,7 +392,7 @@ def test_sign_key_on_an_up_to_date_table_signs_only_what_this_machine_vouches_fo
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from lookup import trust
-    from lookup.table import read_manifest
+    from lookup.manifest import read_manifest
 
     key = tmp_path / "key.pem"
     key.write_bytes(Ed25519PrivateKey.generate().private_bytes(

@@ -1,0 +1,42 @@
+"""Signing a table or device file with an Ed25519 key (``tablegen build/export --sign-key``):
+the producer's side of ``lookup.trust``, which checks such signatures.  The signature file (beside
+a store's manifest, or ``<device file>.sig``) holds the public key, the signature of
+``trust.SIGNED`` + the digest's hex digits, and the digest.  Needs ``cryptography``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from lookup.device import read_device
+from lookup.manifest import read_manifest
+from lookup.trust import SIGNED, listing_digest, signature_path
+
+
+def table_digest(path: str | Path) -> str:
+    """The digest a signature covers: a store's ``listing_digest``, a device file's SHA-256."""
+    path = Path(path)
+    if path.is_dir():
+        return listing_digest(read_manifest(path))
+    return read_device(str(path), verified=False).header["sha256"]  # its signer vouches for it
+
+
+def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
+    """Write the Ed25519 signature of the digest of the table or device file at ``path``
+    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"--sign-key {key_file}: not an Ed25519 private key (openssl genpkey -algorithm ed25519)")
+    public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    digest = digest or table_digest(path)
+    text = json.dumps({"public_key": public.hex(), "signature": key.sign(SIGNED + digest.encode()).hex(),
+                       "digest": digest})
+    target = signature_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+    return target
