@@ -163,8 +163,9 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **
 
 def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
           max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
-    """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation where the
-    table's slack estimate exceeds ``max_slack``."""
+    """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation (with its
+    lower bound, published where larger than the table's) where the table's slack estimate exceeds
+    ``max_slack``."""
     max_slack, params = checked_max_slack(max_slack), checked_params(params)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
@@ -178,7 +179,18 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
         value[i], slack[i], source[i], lower[i] = _checked(
             q, i, "delta", lambda point, v=value[i], s=slack[i]: refine.delta(q.mechanism, point, q.params, v, s),
             lower[i])
+        lower[i] = np.fmax(lower[i], _engine_delta_lower(q, i))
     return q.answer(value, lower, source, q.grid(c, source), slack, edge)
+
+
+def _engine_delta_lower(q: _Queries, i: int) -> float:
+    """The engine's lower bound on the exact delta at query ``i`` (``live.delta``: evaluated, and
+    cached, by ``refine.delta``; NaN where the engine has none).  Never above the published
+    delta: where it is above the table's, the refinement refuted the table."""
+    try:
+        return live_engine.delta(q.mechanism, q.point(i), q.params)[1]
+    except ValueError:
+        return math.nan
 
 
 def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,

@@ -369,7 +369,8 @@ def test_a_delta_refinement_refutes_a_table_delta_below_the_exact_delta(table_pa
     assert table_delta < exact_at_least  # the forgery is wrong, independently of the engine
     a = lookup.delta("krr", k=3, eps0=eps0, n=n, eps=eps, table=forged, max_slack=0.0)
     assert a.source == "live" and a.certified and not forged.certified and "delta" in a.refuted
-    assert a.value >= exact_delta(*krr_upper_law(eps0, eps, 3), n) * (1 - 1e-9) and np.isnan(a.lower)
+    assert a.value >= exact_delta(*krr_upper_law(eps0, eps, 3), n) * (1 - 1e-9)
+    assert table_delta < a.lower <= exact_delta(*krr_upper_law(eps0, eps, 3), n)  # the engine's, not the table's
 
 
 def test_an_eps0_max_refinement_refutes_a_table_eps0_whose_exact_eps_is_above_the_target(table_path: Path) -> None:
@@ -410,3 +411,16 @@ def test_the_service_refutes_its_table_when_a_workers_refinement_did(monkeypatch
     point = {"eps0": 1.5, "n": 50.0, "eps": 0.4}
     out = asyncio.run(Refiner(Settings(), Pool(), object(), "tag").improve("delta", "krr", point, 0.0, body))
     assert calls == ["at x: wrong"] and out["delta"] == 0.02 and "refuted" not in out
+
+
+def test_a_delta_refinement_publishes_the_engines_lower_bound_where_larger(table_path: Path) -> None:
+    """The refinement's one engine evaluation carries a lower bound on the exact delta: published
+    where above the table's, never above the certified delta nor above the exact sum of the k-RR
+    upper law (a bound on the exact delta, computed independently)."""
+    genuine = lookup.open_table(table_path)
+    for eps0, n, eps in [(0.8, 30, 0.7), (0.7, 60, 0.5)]:  # between grid points: the table's lower bound is 0
+        table = lookup.delta("krr", k=3, eps0=eps0, n=n, eps=eps, table=genuine, max_slack=None)
+        a = lookup.delta("krr", k=3, eps0=eps0, n=n, eps=eps, table=genuine, max_slack=0.0)
+        assert table.source == "table" and a.lower > table.lower and a.lower <= a.value
+        assert a.lower <= exact_delta(*krr_upper_law(eps0, eps, 3), n) * (1 + 1e-9)
+        assert a.lower >= 0.5 * max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, eps, 3))  # near the pairs
