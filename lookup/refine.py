@@ -24,8 +24,7 @@ certified eps, which the caller publishes (``lookup.api``: after ``lookup.trust.
 and eps0_max are checked where they keep the table's value by one engine evaluation with its
 lower bound (``live.delta``): the exact delta at eps proved above the table's delta, or the
 exact delta at (the table's eps0_max, eps) proved above delta (so the exact eps there is above
-the asked eps).  A proof, never an estimate, refutes: a genuine table is
-never refused.
+the asked eps).  A proof, never an estimate, refutes: a genuine table is never refused.
 
 Why a table value kept inside the bracket is sound: it is published as what it is, the table's
 value read by the conservative rules, labelled ``"table"`` and certified exactly as far as the
