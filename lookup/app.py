@@ -52,6 +52,7 @@ from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slac
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
 from lookup.pool import LRU, Busy, Pool, worker_table
+from lookup.refine import where
 from lookup.table import Table, TableError, open_table
 
 ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
@@ -227,7 +228,7 @@ class Refiner:
         bound is the engine's and the upper the table's."""
         if kind != "eps" or lower is None or not lower > upper["eps"]:
             return False
-        point = " ".join(f"{k}={v!r}" for k, v in {"mechanism": mechanism, **kwargs}.items())
+        point = where(mechanism, {}, kwargs)
         source = ("the engine's certified eps", "the table's lower bound") if upper_is_engine else \
             ("the table's eps", what)
         self.refute(f"at {point} {source[0]} {upper['eps']!r} is below {source[1]} {lower!r}")

@@ -162,10 +162,7 @@ def _vouched(table: Table, verified: bool) -> Table:
     if table.provenance == "caller" and table.certified:
         return table  # from_arrays(..., vouch=True): its caller vouches for it, and no digest names it
     if not table.vouched or (verified and not table.certified) or table.digest in trust.refuted():
-        if verified:
-            trust.vouch(table, table.digest)
-        else:
-            trust.vouch(table, table.digest, verified=False)
+        trust.vouch(table, table.digest, verified)
         table.vouched = True
     return table
 

@@ -35,11 +35,12 @@ service's, ``lookup.api``'s for the CLI and Python API) when the engine proves a
 low, or a table lower bound above its certified eps.  Calibration tables (``lookup.calibration``)
 are trusted by provenance alone (``established``: no spot check).
 
-Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY`` (``lookup.signing``) writes the
-Ed25519 signature of the table's digest (``SIGNATURE.ed25519`` beside a store's manifest, not
-listed in it; ``FILE.sig`` beside a device file), JSON with the raw public key, the signature of
-``SIGNED`` + the digest's hex digits, and the digest.  Signing and checking need the
-``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported only there.
+Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY``
+(``lookup.signing``) writes the Ed25519 signature of the table's digest (``SIGNATURE.ed25519``
+beside a store's manifest, not listed in it; ``FILE.sig`` beside a device file), JSON with the
+raw public key, the signature of ``SIGNED`` + the digest's hex digits, and the digest.  Signing
+and checking need the ``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported
+only there.
 """
 
 from __future__ import annotations
@@ -131,7 +132,6 @@ def established(path: str | Path, digest: str, verified: bool = True) -> str:
     """The provenance of the artefact at ``path`` whose files have ``digest`` (``provenance``),
     ``"unverified"`` where nothing vouches for it and ``verified`` is False.  TableError: refuted
     in this process, or nothing vouches for it and ``verified`` (the message names the four ways)."""
-
     if digest in _REFUTED:
         raise TableError(_REFUTED[digest])
     how, why = provenance(path, digest)
@@ -146,7 +146,6 @@ def vouch(table: Any, digest: str, verified: bool = True) -> None:
     have ``digest``, and spot-check it (``spot_check``) unless it is shipped.  TableError: refuted
     before, nothing vouches for it and ``verified`` (the message names the four ways), or a spot
     check fails (its record forgotten)."""
-
     how = established(table.path, digest, verified)
     table.provenance, table.certified = how, how != "unverified"
     if how == "shipped":
@@ -172,7 +171,6 @@ def refute(table: Any, detail: str) -> NoReturn:
     bound at a cell, found by a live refinement; ``detail`` names the cell and both values).
     Its trust record is forgotten and every later open in this process is refused; raises the
     TableError saying so."""
-
     message = f"{table.path}: refused, {detail}; its values are not certified (trust record forgotten)"
     if table.digest:  # a table made in Python (lookup.table.from_arrays) has none: refused as itself only
         _REFUTED[table.digest] = message
@@ -361,7 +359,6 @@ def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
     """True if ``path`` carries a signature of ``digest`` by a trusted key; False if it carries
     none, none by a trusted key, or no key is trusted; TableError if a trusted key's signature
     does not verify (the table changed after it was signed)."""
-
     keys = trusted_key_files()
     target = signature_path(path)
     if not keys or not target.is_file():

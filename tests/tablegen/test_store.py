@@ -97,7 +97,8 @@ def test_decoded_store_never_crosses_the_float64_values(values: list[float]) -> 
 
 
 def test_float64_store_still_opens_and_compact_answers_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trust, "vouch", lambda table, digest: None)  # synthetic values: no engine behind them
+    # synthetic values: no engine behind them
+    monkeypatch.setattr(trust, "vouch", lambda table, digest, verified=True: None)
     rng = np.random.default_rng(1)
     eps0 = np.array([0.1, 1.0])[None, :, None, None]
     # random, but shaped as eps is (lookup.checks refuses a surface that is not): the same factors
