@@ -355,7 +355,7 @@ def encoded_bytes(values: np.ndarray, up: bool, bits: int = MANTISSA_BITS) -> in
 def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
             bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> str:
     """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,
-    ``lookup.trust.sign``), verify, and swap it in atomically; the variables of
+    ``lookup.signing.sign``), verify, and swap it in atomically; the variables of
     ``compact_variables`` are written compact (``compact`` with ``bits``).  Returns the
     published table's digest (``lookup.trust.listing_digest`` of the manifest written)."""
     compacted = compact_variables or {}
@@ -422,7 +422,7 @@ def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str 
         if problems:
             raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
         if sign_key is not None:
-            from lookup.trust import sign
+            from lookup.signing import sign
 
             sign(tmp, sign_key, digest)  # the digest of the bytes written, not read back
     except BaseException:

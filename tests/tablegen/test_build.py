@@ -383,6 +383,26 @@ def test_without_lower_every_no_lower_bounds_are_computed(tmp_path: Path) -> Non
     assert verify(out, sample=1) == []
 
 
+def test_sign_key_on_a_fresh_build_signs_the_digest_it_published(spec_path: Path, tmp_path: Path) -> None:
+    """The publish signs the new table (store._publish_with, lookup.signing.sign) with the digest of
+    the manifest it wrote, and the signature verifies under the key's public half."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from lookup import trust
+    from lookup.manifest import read_manifest
+
+    private = Ed25519PrivateKey.generate()
+    key = tmp_path / "key.pem"
+    key.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    out = tmp_path / "t.zarr"
+    assert build(load_spec(spec_path), out, workers=0, progress=False, log=quiet, sign_key=key).computed == 12
+    signed = json.loads(trust.signature_path(out).read_text())
+    assert signed["digest"] == trust.listing_digest(read_manifest(out))
+    private.public_key().verify(bytes.fromhex(signed["signature"]), trust.SIGNED + signed["digest"].encode())
+
+
 def test_sign_key_on_an_up_to_date_table_signs_only_what_this_machine_vouches_for(spec_path: Path,
                                                                                   tmp_path: Path) -> None:
     """Issue 37 review (N2): `tablegen build --sign-key` on an up-to-date table signed whatever was
