@@ -5,10 +5,11 @@ A (mechanism, eps0) slice is recomputed as the build computed it (``build.slice_
 and delta at once, at the table's recorded settings) and rounded as the store rounds, so with the
 engine that built the table, on the machine that built it, it equals the stored values bit for
 bit; elsewhere a different floating-point path may move a crossing of the engine's 1% eps ladder
-by one step, which is the tolerance (plus one quantum of the compact store) in the safe direction
-only: a stored eps may be above the recomputed certified one by that much, never below it, and a
-stored lower bound may be below the recomputed proved one, never above it (a value below what the
-engine certifies here is not certified by anything here, and ``--full`` makes it trusted).
+by one step, which is the tolerance (plus one quantum of the compact store) in the safe direction:
+a stored eps may be above the recomputed certified one by that much; below it only where one
+engine evaluation certifies the stored value itself (``certifies``: the ladder's value here is
+not the smallest certified eps, and another machine's can sit a step lower); a stored lower
+bound may be below the recomputed proved one, never above it (``--full`` makes what passes trusted).
 
 The stored values compared are read through ``lookup.table.open_table`` (each file checked
 against the manifest listing read in the same pass, within ``lookup.reader``'s limits), so
@@ -148,6 +149,25 @@ def monotone_flags(table: Any) -> list[str]:
             if flag and not get_mechanism(family).eps0_monotone(params)]
 
 
+def _certified_below(task: Task, ns: list[int], got: np.ndarray, want: np.ndarray, tolerance: float,
+                     close: np.ndarray) -> np.ndarray:
+    """Cells whose stored eps is below the recomputed one by at most ``tolerance`` and certified
+    anyway by one engine evaluation there (``tablegen.engine.certifies``: the certified delta at
+    the stored eps is <= the cell's delta).  The recomputation is the ladder's value on this
+    machine, not the smallest certified eps: a table built on another machine can sit one step
+    of its ladder (or one quantum) lower and still be certified, e.g. 29 cells of the shipped
+    default table, 2026-11-26.  Checked in order up to the first cell that is not certified."""
+    from tablegen.engine import certifies
+
+    out = np.zeros(got.shape, bool)
+    for j, d in np.argwhere(~close & (got < want) & (got * (1 + tolerance) >= want)):
+        if not certifies(task.family, eps0=task.eps0, n=ns[j], eps=float(got[j, d]), delta=task.deltas[d],
+                         **task.params):
+            break
+        out[j, d] = True
+    return out
+
+
 def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:
     """``values`` rounded as the variable whose attributes are ``attrs`` was when stored (its
     ``quantization_*`` attributes; unchanged for a float64 store)."""
@@ -160,7 +180,8 @@ def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:
 def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str]:
     """Problems of slice (row ``r``, eps0 ``e``) of ``table`` (a ``lookup.table.Table``) against its
     live recomputation (none: equal within ``RECOMPUTE_RTOL`` plus one quantum of the store, in the
-    safe direction only: stored eps >= live eps, stored lower bound <= live lower bound)."""
+    safe direction only: stored eps >= live eps unless the engine certifies it (``_certified_below``),
+    stored lower bound <= live lower bound)."""
     ns = [int(n) for n in table.n]
     task = Task((r, e), table.families[r], table.params[r], float(table.eps0[e]), tuple(ns), table.delta.tolist(),
                 tuple(wants_lower(settings, e, j, float(n)) for j, n in enumerate(ns)), settings["resolution"],
@@ -175,6 +196,8 @@ def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str
         tolerance = RECOMPUTE_RTOL + 2.0 ** -attrs.get("quantization_bits", 52)  # plus one quantum
         above, below = (got, want) if name == "eps" else (want, got)  # certified eps up, proved lower bound down
         close = ((below <= above) & (above <= below * (1 + tolerance))) | (np.isnan(got) & np.isnan(want))
+        if name == "eps":
+            close |= _certified_below(task, ns, got, want, tolerance, close)
         if not np.all(close):
             j, d = np.unravel_index(int(np.argmin(close)), close.shape)
             problems.append(f"{label} n={ns[j]} delta={task.deltas[d]:g}: stored {name}={got[j, d]!r}, "
