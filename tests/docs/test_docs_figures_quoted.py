@@ -15,7 +15,10 @@ every quoted value is compared with the output to the precision quoted:
 * ``...`` as a value: any value, the key must exist; ``...`` as the last item of an object or a
   list: the rest is omitted; without it the object has exactly the quoted keys (a list, the
   quoted length);
-* strings, ``true``, ``false``, ``null``: equal.
+* strings, ``true``, ``false``, ``null``: equal;
+* ``(±0.1%: reason)`` after the quoted object: every quoted number within 0.1% of the output,
+  for figures the docs say move with the versions of a dependency (dp-accounting's
+  discretisation); the docs state the tolerance and its reason beside the figure.
 
 Commands too slow for the check are listed in SKIP with the reason; every other documented
 ``tablegen``/``lookup`` command with ``--json`` must quote its output (or be listed in UNQUOTED),
@@ -46,6 +49,7 @@ UNQUOTED: dict[str, str] = {}
 
 FENCE = re.compile(r"^\s*```(\w*)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+TOLERANCE = re.compile(r"\(±\s*(\d+(?:\.\d+)?)%")
 
 
 # ---------------------------------------------------------------------------- the quoted output
@@ -150,7 +154,9 @@ def parse_quoted(text: str) -> Container:
     return parser.value()
 
 
-def _rounds_to(actual: float, quoted: Number) -> bool:
+def _rounds_to(actual: float, quoted: Number, tolerance: float | None = None) -> bool:
+    if tolerance is not None:  # a stated relative tolerance instead of the quoted digits
+        return abs(actual - float(quoted.text)) <= tolerance * abs(float(quoted.text))
     want = Decimal(quoted.text)
     exponent = want.as_tuple().exponent
     got = Decimal(repr(actual))
@@ -160,16 +166,18 @@ def _rounds_to(actual: float, quoted: Number) -> bool:
                for mode in (ROUND_HALF_EVEN, ROUND_HALF_UP))
 
 
-def mismatches(quoted: Any, actual: Any, where: str = "") -> list[str]:
-    """Each way ``actual`` (parsed JSON output) disagrees with ``quoted``; empty if it agrees."""
+def mismatches(quoted: Any, actual: Any, where: str = "", tolerance: float | None = None) -> list[str]:
+    """Each way ``actual`` (parsed JSON output) disagrees with ``quoted``; empty if it agrees
+    (numbers within the relative ``tolerance`` where one is stated)."""
     label = where or "the output"
     if isinstance(quoted, Anything):
         return []
     if isinstance(quoted, Number):
         if isinstance(actual, bool) or not isinstance(actual, int | float):
             return [f"{label}: quoted {quoted.text}, output {actual!r}"]
-        if not _rounds_to(actual, quoted):
-            how = "does not start with" if quoted.prefix else "does not round to"
+        if not _rounds_to(actual, quoted, tolerance):
+            how = ("is not within the stated tolerance of" if tolerance is not None
+                   else "does not start with" if quoted.prefix else "does not round to")
             return [f"{label}: quoted {quoted.text}{'...' if quoted.prefix else ''}, output {actual!r} {how} it"]
         return []
     if isinstance(quoted, Container) and isinstance(quoted.items, dict):
@@ -180,7 +188,7 @@ def mismatches(quoted: Any, actual: Any, where: str = "") -> list[str]:
             if key not in actual:
                 found.append(f"{where}.{key}: quoted, not in the output" if where else f"{key!r}: not in the output")
             else:
-                found += mismatches(value, actual[key], f"{where}.{key}" if where else key)
+                found += mismatches(value, actual[key], f"{where}.{key}" if where else key, tolerance)
         extra = sorted(set(actual) - set(quoted.items))
         if extra and not quoted.partial:
             found.append(f"{label}: keys not quoted {extra} (end the quote with '...' if they are left out on purpose)")
@@ -190,7 +198,7 @@ def mismatches(quoted: Any, actual: Any, where: str = "") -> list[str]:
             return [f"{label}: quoted a list, output {actual!r}"]
         if len(actual) < len(quoted.items) or (len(actual) != len(quoted.items) and not quoted.partial):
             return [f"{label}: quoted {len(quoted.items)} items, output has {len(actual)}"]
-        return [m for i, q in enumerate(quoted.items) for m in mismatches(q, actual[i], f"{label}[{i}]")]
+        return [m for i, q in enumerate(quoted.items) for m in mismatches(q, actual[i], f"{label}[{i}]", tolerance)]
     if type(quoted) is not type(actual) or quoted != actual:
         return [f"{label}: quoted {json.dumps(quoted)}, output {json.dumps(actual)}"]
     return []
@@ -206,6 +214,7 @@ class Command:
     argv: list[str]
     quoted: Container | None = None
     problem: str | None = None  # a quoted output that does not parse
+    tolerance: float | None = None  # a relative tolerance stated after the quote: "(±0.1%: ...)"
 
     def __str__(self) -> str:
         return f"{self.place}: {self.text}"
@@ -263,6 +272,8 @@ def collect(paths: list[Path]) -> list[Command]:
                 follow = lines[i + 1][1].strip()
                 comment = follow[1:].strip() if follow.startswith("# {") else comment
             if comment and comment.startswith("{"):
+                stated = TOLERANCE.search(comment)
+                command.tolerance = float(stated.group(1)) / 100 if stated else None
                 try:
                     command.quoted = parse_quoted(comment)
                 except ValueError as err:
@@ -329,7 +340,7 @@ def test_quoted_output_is_current(command: Command, tmp_path: Path, monkeypatch:
     for name in ("SHUFFLE_EPS_TABLE", "SHUFFLE_EPS_CACHE"):  # the docs' answers: shipped table, no disk cache
         monkeypatch.delenv(name, raising=False)
     output = _run(command.argv, tmp_path)
-    stale = mismatches(command.quoted, output)
+    stale = mismatches(command.quoted, output, tolerance=command.tolerance)
     assert not stale, (f"{command}\nquotes figures that are not what it prints now:\n  " + "\n  ".join(stale)
                        + f"\noutput: {json.dumps(output)}")
 
@@ -383,3 +394,15 @@ def test_collector_reads_the_doc_forms(tmp_path: Path) -> None:
                                                       ("doc.md:7", ["tablegen", "compose-sequence"])]
     assert [mismatches(c.quoted, {"eps": 0.06578}) if c.quoted else None for c in found] == [
         ["eps: quoted 0.0610, output 0.06578 does not round to it"], [], None]
+
+
+def test_a_stated_tolerance_is_read_and_holds(tmp_path: Path) -> None:
+    """``(±0.1%: ...)`` after a quote: within 0.1% passes, beyond it fails, digits no longer matter."""
+    doc = tmp_path / "doc.md"
+    doc.write_text('```bash\ntablegen compose --json   # {"rounds_max": 19851, ...}   (±0.1%: dp-accounting)\n```\n')
+    (command,) = collect([doc])
+    assert command.tolerance == pytest.approx(0.001)
+    assert mismatches(command.quoted, {"rounds_max": 19854}, tolerance=command.tolerance) == []
+    found = mismatches(command.quoted, {"rounds_max": 19880}, tolerance=command.tolerance)
+    assert found and "stated tolerance" in found[0]
+    assert mismatches(command.quoted, {"rounds_max": 19854}) != []  # without it: the quoted digits

@@ -60,18 +60,20 @@ if os.environ.get("SHUFFLE_EPS_TEST_SLOW"):  # test servers only: every engine c
 
 
 class HttpServer:
-    """``lookup serve`` in a subprocess on a free loopback port (its log in a file)."""
+    """``lookup serve`` in a subprocess on a free loopback port (its log in a file); ``hook`` is
+    Python run at the start of the server and of each worker (a sitecustomize module on PYTHONPATH,
+    which runs in a venv too, unlike usercustomize), to inject faults."""
 
-    def __init__(self, table: Path, tmp: Path, *args: str, slow: float = 0.0) -> None:
+    def __init__(self, table: Path, tmp: Path, *args: str, slow: float = 0.0, hook: str = "") -> None:
         import os
         import subprocess
         import time
         import urllib.request
 
-        hook = tmp / "hook"
-        hook.mkdir(exist_ok=True)
-        (hook / "sitecustomize.py").write_text(SLOW_HOOK)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+        hooks = tmp / "hook"
+        hooks.mkdir(exist_ok=True)
+        (hooks / "sitecustomize.py").write_text(SLOW_HOOK + hook)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])),
                "SHUFFLE_EPS_TEST_SLOW": str(slow) if slow else ""}
         env.pop("SHUFFLE_EPS_CACHE", None)
         self.log = tmp / f"server-{time.monotonic_ns()}.log"
@@ -112,11 +114,11 @@ class HttpServer:
 
 @pytest.fixture(scope="module")
 def start_server(table_path: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """start_server(*cli_args, slow=seconds) -> HttpServer, stopped at the end of the module."""
+    """start_server(*cli_args, slow=seconds, hook=code) -> HttpServer, stopped at the end of the module."""
     started: list[HttpServer] = []
 
-    def start(*args: str, slow: float = 0.0) -> HttpServer:
-        server = HttpServer(table_path, tmp_path_factory.mktemp("serve"), *args, slow=slow)
+    def start(*args: str, slow: float = 0.0, hook: str = "") -> HttpServer:
+        server = HttpServer(table_path, tmp_path_factory.mktemp("serve"), *args, slow=slow, hook=hook)
         started.append(server)
         return server
 

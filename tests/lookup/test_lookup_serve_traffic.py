@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from shuffle_reference import exact_delta, krr_upper_law, olh_upper_law
 from test_lookup_serve import get
 
@@ -85,13 +84,10 @@ def _in_thread(url: str) -> tuple[threading.Thread, list]:
     return thread, out
 
 
-def test_a_live_task_over_its_limit_ends_alone(start_server: Any, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_live_task_over_its_limit_ends_alone(start_server: Any) -> None:
     """One worker, 2 s of run time a task: the task at eps0 = 9.5 (made to take 60 s) is a 503;
     the two queued behind it (waiting longer than 2 s in the queue) are answered 200."""
-    (tmp_path / "usercustomize.py").write_text(SLOW_ONE)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    base = start_server("--live-workers", "1", "--live-timeout", "2").base
+    base = start_server("--live-workers", "1", "--live-timeout", "2", hook=SLOW_ONE).base
     live = f"{base}/v1/eps?mechanism=krr&k=3&n=50&delta=1e-6&eps0="
     start = time.perf_counter()
     slow, slow_out = _in_thread(live + "9.5")
