@@ -141,3 +141,56 @@ def test_installed_wheel_answers_from_any_directory(venv: Path, tmp_path: Path) 
     calibration = json.loads(_run([str(venv / "bin" / "lookup"), "calibrate", "--mechanism", "histogram", "--eps",
                                    "1", "--delta", "1e-6", "--n", "1e5", "--json"], cwd=tmp_path, env=env))
     assert calibration["source"] == "table" and 0 < calibration["p"] < 1
+
+
+WORKER_SPEC = """
+title = "a worker from the wheel"
+[axes]
+eps0 = [1.0, 2.0]
+n = [50, 200]
+delta = [1e-6, 1e-3]
+[settings]
+resolution = 4
+lower_resolution = 6
+lower_every = [1, 1]
+[[mechanism]]
+family = "krr"
+k = 3
+"""
+
+
+def test_a_dask_worker_installed_from_the_wheel_serves_the_client(venv: Path, tmp_path: Path) -> None:
+    """The cluster recipe (docs/cluster.md): workers get the package as the wheel built by
+    ``pip wheel``, nothing of the checkout. A ``dask worker`` run by the wheel's venv, in a
+    directory of its own, computes a build whose client runs from the checkout: the client accepts
+    its results (same engine code) and the table equals one computed without dask."""
+    import tomllib
+
+    import numpy as np
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    from tablegen.build import build
+    from tablegen.spec import spec_from_dict
+
+    spec = spec_from_dict(tomllib.loads(WORKER_SPEC), "wheel-worker")
+    build(spec, tmp_path / "local.zarr", workers=0, progress=False, log=lambda _: None)
+    home = tmp_path / "worker"
+    home.mkdir()
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster, timeout=30) as client:
+        worker = subprocess.Popen([str(venv / "bin" / "python"), "-m", "distributed.cli.dask_worker",
+                                   cluster.scheduler_address, "--nthreads", "1", "--no-dashboard",
+                                   "--local-directory", str(home)], cwd=home, env=_clean_env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client.wait_for_workers(1, timeout=60)
+            located = client.run(lambda: __import__("tablegen").__file__)
+            assert all(Path(path).is_relative_to(venv) for path in located.values()), located
+            build(spec, tmp_path / "cluster.zarr", client=client, progress=False, log=lambda _: None)
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    with xr.open_zarr(tmp_path / "local.zarr") as want, xr.open_zarr(tmp_path / "cluster.zarr") as got:
+        for name in ("eps", "eps_lower"):
+            np.testing.assert_array_equal(got[name].values, want[name].values)
