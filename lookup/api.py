@@ -41,8 +41,10 @@ class Answer:
     certified value (NaN where unknown, e.g. from the grid edge), whether a table answer
     came from the edge of the grid, and whether the value is certified: False only for a table
     answer from a table opened with ``verified=False`` that nothing vouches for, or refuted
-    (docs/trust.md).  ``refuted``: non-empty where this call's refinement proved a value of the
-    table wrong (where and by how much); the table is refused from then on (``lookup.trust.refute``)."""
+    (docs/trust.md).  ``refuted``: None, or where this call's refinement proved a value of the
+    table wrong (where and by how much); the table is refused from then on (``lookup.trust.refute``).
+    ``note``: None, or why a live eps is eps0 (one query, an n delta0 term using up delta:
+    ``tablegen.engine.delta0_note``)."""
 
     value: Any
     lower: Any
@@ -51,15 +53,26 @@ class Answer:
     slack: Any
     edge: Any
     certified: Any = True
-    refuted: str = ""
+    refuted: str | None = None
+    note: str | None = None
+
+
+def mechanism_name(name: Any) -> Any:
+    """A mechanism name as the registry and the tables spell it, lower case: names are accepted in
+    any case (``"kRR"`` is ``"krr"``), here for lookup and in ``tablegen.mechanisms.get_mechanism``
+    for the engine.  Anything but a string unchanged (its user refuses it)."""
+    return name.lower() if isinstance(name, str) else name
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-        max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, **params: Any) -> Answer:
+        max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, prove_lower: bool = True,
+        **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
     ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``), each
-    user taking part in each round with probability ``sample_rate`` (live; docs/composition.md)."""
-    max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    user taking part in each round with probability ``sample_rate`` (live; docs/composition.md).
+    ``prove_lower=False``: a refined eps keeps the table's lower bound (or none) instead of one the
+    engine proves near it (one engine evaluation fewer: the service's first, quick refinement)."""
+    max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
     if rounds is not None:
@@ -86,6 +99,7 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
             outside &= ~unordered
             value[unordered], lower[unordered], slack[unordered] = np.inf, np.nan, np.nan
     source = q.live(live, outside, lambda i: live_engine.eps(q.mechanism, q.point(i), q.params), value, lower)
+    q.note = _delta0_note(q, value, source)
     todo = q.loose(live, max_slack, source, slack)
     if todo.size:
         from lookup.estimate import eps_estimate, lower_ratio
@@ -97,10 +111,19 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
             value[i], slack[i], source[i], lower[i] = _checked(
                 q, i, "eps", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps(
                     q.mechanism, point, q.params, v, s, g, min(max_slack, refine.STEP)), lower[i])
-            ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
-                q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
-            lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
+            if prove_lower:
+                ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
+                    q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
+                lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
+
+
+def _delta0_note(q: _Queries, value: np.ndarray, source: np.ndarray) -> str | None:
+    """The engine's note on one query's live eps equal to eps0 (``live.delta0_note``: an n delta0
+    term using up delta); None otherwise."""
+    if q.size != 1 or source[0] != "live" or not value[0] >= q.args["eps0"][0]:
+        return None
+    return live_engine.delta0_note(q.mechanism, q.point(0), q.params)
 
 
 def _checked(q: _Queries, i: int, kind: str, refinement: Any, lower: float) -> tuple[float, float, str, float]:
@@ -166,7 +189,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
     """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation (with its
     lower bound, published where larger than the table's) where the table's slack estimate exceeds
     ``max_slack``."""
-    max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
     value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
@@ -197,7 +220,7 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
              max_slack: float | None = MAX_SLACK_EPS0, **params: Any) -> Answer:
     """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
     refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
-    max_slack, params = checked_max_slack(max_slack), checked_params(params)
+    max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
     value, slack, outside, edge = q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
@@ -285,7 +308,8 @@ class _Queries:
         self.table: Table = table if isinstance(table, Table) else (
             default_table() if table is None else open_table(table))
         self.rows = rules.rows(self.table, mechanism, self.params)
-        self.refuted = ""  # set by ``_checked`` where a refinement proves the table wrong
+        self.refuted: str | None = None  # set by ``_checked`` where a refinement proves the table wrong
+        self.note: str | None = None  # set by ``eps`` (``_delta0_note``)
 
     def nan(self) -> np.ndarray:
         return np.full(self.size, np.nan)
@@ -358,7 +382,7 @@ class _Queries:
 
         certified = (source != "table") | self.table.certified
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
-                      out(edge), out(certified), self.refuted)
+                      out(edge), out(certified), self.refuted, self.note)
 
 
 def loose(source: Any, slack: Any, max_slack: float | None) -> np.ndarray:
@@ -430,10 +454,13 @@ def _numbers(name: str, value: Any) -> np.ndarray:
 
 N_LIMIT = 10**18  # the largest n answered anywhere: tablegen.limits.N_LIMIT, the live engine's (a test checks)
 EPS0_MIN = 1e-6  # the smallest eps0 answered anywhere: tablegen.limits.EPS0_MIN (a test checks)
+# eps0's minimum as every message and help text states it, lookup's and the engine's (the page's
+# too, lookup/static/index.html: a test checks)
+EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"
 # comparisons only (NaN fails them, a < inf is finiteness), so the same test serves a Python float
 # without building an array (the scalar hot path) and an array
 DOMAIN = {
-    "eps0": (lambda a: (a >= EPS0_MIN) & (a < math.inf), ">= 1e-06 and finite"),
+    "eps0": (lambda a: (a >= EPS0_MIN) & (a < math.inf), f"{EPS0_MIN_TEXT} and finite"),
     "eps": (lambda a: (a >= 0) & (a < math.inf), ">= 0 and finite"),
     "n": (lambda a: (a >= 1) & (a <= N_LIMIT) & (a == a // 1), "an integer in [1, 1e18]"),
     "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
@@ -459,7 +486,7 @@ def json_ready(kind: str, a: Answer, rounds: int | None = None) -> dict[str, Any
     value, lower = KEYS[kind]
     out = {value: a.value, **({lower: a.lower} if lower else {}), **({"rounds": rounds} if rounds else {})}
     return finite({**out, "certified": bool(np.all(a.certified)), "source": a.source, "corner": a.corner,
-                   "slack": a.slack, "edge": a.edge})
+                   "slack": a.slack, "edge": a.edge, **({"note": a.note} if a.note else {})})
 
 
 def finite(value: Any) -> Any:

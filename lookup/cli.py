@@ -15,7 +15,16 @@ from typing import Any
 import click
 
 import lookup
-from lookup.api import MAX_SLACK, MAX_SLACK_EPS0, finite, json_ready, parse_max_slack, parse_number
+from lookup.api import (
+    EPS0_MIN_TEXT,
+    MAX_SLACK,
+    MAX_SLACK_EPS0,
+    finite,
+    json_ready,
+    mechanism_name,
+    parse_max_slack,
+    parse_number,
+)
 from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
@@ -54,7 +63,7 @@ def main() -> None:
 
 @main.command()
 @query_options
-@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--eps0", required=True, type=str, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs 'shuffle-eps[compose]')")
 @click.option("--sample-rate", type=str, default=None,
@@ -68,7 +77,7 @@ def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str
 
 @main.command()
 @query_options
-@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--eps0", required=True, type=str, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
 @click.option("--eps", "eps_", required=True, type=str, help="target eps >= 0")
 def delta(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
           eps_: str, **raw: Any) -> None:
@@ -110,7 +119,7 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
 @click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
@@ -136,7 +145,12 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
 @click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port, one worker)")
 @click.option("--table", default=None, help="table store (default: the shipped table)")
 @click.option("--workers", type=int, default=1, show_default=True, help="server processes (each with its own pool)")
-@click.option("--live-workers", type=int, default=2, show_default=True, help="worker processes for live work")
+@click.option("--live-workers", type=int, default=None,
+              help="worker processes for live work and rounds [default: cores - 1, at least 1]")
+@click.option("--refine-workers", type=int, default=2, show_default=True,
+              help="worker processes reserved for refinements (a few ms each; never live work)")
+@click.option("--slice-workers", type=int, default=1, show_default=True,
+              help="worker processes computing eps0 slices (lowest priority)")
 @click.option("--queue", type=int, default=8, show_default=True,
               help="live tasks admitted at once, running or waiting (more: 503 with Retry-After)")
 @click.option("--live-timeout", type=float, default=30.0, show_default=True,
@@ -156,23 +170,26 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
               help="seconds SIGTERM waits for requests in flight")
 @click.option("--header-timeout", type=float, default=5.0, show_default=True,
               help="seconds a request's line and headers may take to arrive (then the connection is closed)")
-@click.option("--refine-budget", type=float, default=0.02, show_default=True,
+@click.option("--refine-budget", type=float, default=0.03, show_default=True,
               help='seconds a table answer waits for its refinement (then answered with "refined": false)')
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
-def serve(host: str, port: int, table: str | None, workers: int, live_workers: int, queue: int, live_timeout: float,
+def serve(host: str, port: int, table: str | None, workers: int, live_workers: int | None, refine_workers: int,
+          slice_workers: int, queue: int, live_timeout: float,
           memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
           max_header_bytes: int, backlog: int, graceful_timeout: float, header_timeout: float, refine_budget: float,
           access_log: bool) -> None:
     """Serve GET /v1/eps, /v1/delta, /v1/eps0-max, /v1/info, /healthz and /metrics (needs the serve extra:
     pip install 'shuffle-eps[serve]')."""
     from lookup.app import Settings  # a missing serve extra: one line from CommandGroup, status 1
-    from lookup.serve import ServerLimits, run
+    from lookup.serve import PortInUse, ServerLimits, run
 
     try:
         if not 0 <= port <= 65535:
             raise ValueError(f"--port must be in 0..65535 (0: any free port), got {port}")
-        settings = Settings(table, live_workers, queue, live_timeout, memory_mb, cache_size, retry_after,
-                            refine_budget).check()
+        settings = Settings(table, queue=queue, live_timeout=live_timeout, memory_mb=memory_mb,
+                            cache_size=cache_size, retry_after=retry_after, refine_budget=refine_budget,
+                            refine_workers=refine_workers, background_workers=slice_workers,
+                            **({"live_workers": live_workers} if live_workers is not None else {})).check()
         if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024 or not header_timeout > 0:
             raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024, "
                              "--header-timeout > 0")
@@ -183,6 +200,9 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
                           access_log, header_timeout, retry_after)
     try:
         run(host, port, settings, limits)
+    except PortInUse as err:  # bad input: the address given is taken
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
     except (TableError, OSError, ValueError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(3)
@@ -203,8 +223,10 @@ def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta:
          table: str | None, out: str) -> None:
     """Plot certified curves from a table (needs matplotlib: pip install 'shuffle-eps[plot]')."""
     from lookup import plot as plots
+    from tablegen.cli import writable_file
 
     def run() -> dict[str, Any]:
+        writable_file("--out", out)  # before anything is computed: nothing half-written
         rows = [_row(text) for text in _rows(mechanisms)]
         t = lookup.open_table(table)
         needed = {"eps-vs-n": ("eps0", "delta"), "eps-vs-eps0": ("n", "delta"), "privacy-curve": ("eps0", "n"),
@@ -236,6 +258,7 @@ def _rows(text: str) -> list[str]:
 def _row(text: str) -> tuple[str, dict[str, Any]]:
     """'joint base=krr k=10 parts=2' -> ('joint', {'base': 'krr', 'k': 10, 'parts': 2})."""
     family, *pairs = text.split()
+    family = mechanism_name(family)
     names = [pair.partition("=")[0] for pair in pairs]
     raw = dict(pair.partition("=")[::2] for pair in pairs)
     repeated = sorted({name for name in names if names.count(name) > 1})

@@ -44,6 +44,14 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> tupl
     return tuple(_cached("eps", mechanism, point, params, compute))  # type: ignore[return-value]
 
 
+def delta0_note(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> str | None:
+    """Why the certified eps at ``point`` is eps0 where an n delta0 term uses up delta, else None
+    (``tablegen.engine.delta0_note``: a closed form, no search; not cached)."""
+    from tablegen.engine import delta0_note as engine_note
+
+    return engine_note(mechanism, eps0=point["eps0"], n=int(point["n"]), delta=point["delta"], **params)
+
+
 def eps_upper(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
     """Certified eps alone (no lower bound: faster), from ``tablegen.engine.eps_bounds``."""
     def compute() -> list[float]:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lookup.api import parse_number
+from lookup.api import mechanism_name, parse_number
 
 HELP = {
     "k": "categories of k-RR (or of a krr base)",
@@ -47,6 +47,11 @@ def query_arguments(numbers: Mapping[str, str | None], raw: Mapping[str, Any]) -
     with '-' as on the command line is passed with '_'), then the mechanism parameters of ``raw``."""
     parsed = {name.replace("-", "_"): parse_number(name, text) for name, text in numbers.items() if text is not None}
     return {**parsed, **parse_params(raw)}
+
+
+def mechanism_option(ctx: Any, param: Any, value: Any) -> Any:
+    """The click callback of ``--mechanism``: the name in lower case (``lookup.api.mechanism_name``)."""
+    return mechanism_name(value)
 
 
 def click_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -30,6 +30,8 @@ Its limits, each with its default (``ServerLimits``):
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
@@ -118,9 +120,14 @@ class GuardedH11(H11Protocol):
         self.transport.close()
 
 
+class PortInUse(ValueError):
+    """The address to listen on is taken (the command line exits with status 2)."""
+
+
 def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
-    """Serve until SIGINT/SIGTERM (blocking).  The table is opened (and verified) by each server
-    process before it accepts a connection; errors raise here (workers = 1)."""
+    """Serve until SIGINT/SIGTERM (blocking).  The address is bound first (``PortInUse`` where it
+    is taken), then the table is opened (and verified) by each server process before it accepts a
+    connection; errors raise here (workers = 1)."""
     import uvicorn
 
     settings.check()
@@ -134,21 +141,69 @@ def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
     if limits.workers > 1:
         if port == 0:
             raise ValueError("--workers above 1 needs a fixed --port (not 0)")
-        uvicorn.run("lookup.app:app_from_env", workers=limits.workers, **options)
+        _bound(host, port).close()  # taken: one line now, not uvicorn's log and status 1
+        uvicorn.run("lookup.serve:server_app", workers=limits.workers, **options)
         return
-    from lookup.app import app_from_env
-
-    app = app_from_env()  # opens the table now: a bad table fails before the socket is bound
+    sock = _bound(host, port)
+    try:
+        app = server_app()  # opens the table now: a bad table fails before the socket listens
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config(lambda: app, **options)
-    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP (a
-    # socket of proto 0 answered every keep-alive request 40 ms late: Nagle and delayed ACKs)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
     sock.listen(limits.backlog)
     sock.set_inheritable(True)
     print(f"serving {host}:{sock.getsockname()[1]} (Ctrl-C or SIGTERM to stop)", file=sys.stderr, flush=True)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening; ``PortInUse`` naming both where the
+    address is taken."""
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP (a
+    # socket of proto 0 answered every keep-alive request 40 ms late: Nagle and delayed ACKs)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise PortInUse(f"{host}:{port} is already in use (another server?); choose another --port") from None
+        raise
+    return sock
+
+
+def server_app() -> Any:
+    """The application of one server process (uvicorn's factory): ``lookup.app.app_from_env``,
+    its lifespan ending with ``_exit_finalizers``."""
+    from lookup.app import app_from_env
+
+    app = app_from_env()
+    app.router.lifespan_context = _exit_finalizers(app.router.lifespan_context)
+    return app
+
+
+def _exit_finalizers(lifespan: Any) -> Any:
+    """``lifespan``, then the finalizers multiprocessing runs at a normal exit.
+
+    uvicorn ends a server it stopped on SIGTERM by raising SIGTERM again (its supervisor sees the
+    signal), which kills the process before any exit handler runs.  So the named semaphores a
+    server process made, which multiprocessing unlinks at exit, were left to the resource tracker,
+    which warned of "leaked semaphore objects" at shutdown: numcodecs' blosc lock, made at the
+    first chunk decoded (a module-level ``multiprocessing.Lock``, registered with the tracker in
+    each server process ``--workers`` spawns), and any other lock still alive then (a live
+    pool's, were its workers slow to stop).  They are unlinked here, once the pools have stopped
+    (the lifespan's own end)."""
+    from multiprocessing import util
+
+    @contextlib.asynccontextmanager
+    async def wrapped(app: Any) -> Any:
+        async with lifespan(app) as state:
+            yield state
+        util._run_finalizers(0)  # what util._exit_function runs first at a normal exit
+
+    return wrapped
 
 
 def _raise_open_files() -> None:

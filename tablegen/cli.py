@@ -19,14 +19,16 @@ from typing import Any
 
 import click
 
+from lookup.api import EPS0_MIN_TEXT
 from lookup.api import parse_number as _number
 from lookup.extras import CommandGroup
 from lookup.output import emit
-from lookup.params import click_options, parse_params
+from lookup.params import click_options, mechanism_option, parse_params
 from tablegen import __version__
 
-MECHANISM = click.option("--mechanism", required=True, help="generic, generic-closed-form, krr, blh, olh, rappor, "
-                         "oue, hr, laplace, finite, joint, parallel; compute also binary-sum, histogram (with --p)")
+MECHANISM = click.option("--mechanism", required=True, callback=mechanism_option,
+                         help="generic, generic-closed-form, krr, blh, olh, rappor, oue, hr, laplace, finite, joint, "
+                         "parallel; compute also binary-sum, histogram (with --p); any case")
 AFTER_PARAMS = [
     click.option("--p", "noise_p", type=str, default=None, help="binary-sum / histogram: Bernoulli noise parameter"),
     click.option("--n", "n", required=True, type=str, help="number of users (1e6 accepted)"),
@@ -78,7 +80,7 @@ def main() -> None:
 
 @main.command()
 @mechanism_options
-@click.option("--eps0", type=str, default=None, help="local privacy parameter, > 0")
+@click.option("--eps0", type=str, default=None, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
 @click.option("--delta", type=str, default=None, help="target delta in (0, 1): returns the certified eps")
 @click.option("--eps", type=str, default=None, help="target eps >= 0: returns the certified delta")
 @click.option("--no-lower", is_flag=True, help="skip the lower bound")
@@ -108,7 +110,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
             raise ValueError(f"mechanism {mechanism!r} takes no --p (--p is the noise of the binary-sum and "
                              "histogram protocols)")
         if eps0 is None:
-            raise ValueError(f"mechanism {mechanism!r} needs --eps0, the local privacy parameter (> 0)")
+            raise ValueError(f"mechanism {mechanism!r} needs --eps0, the local privacy parameter ({EPS0_MIN_TEXT})")
         params = parse_params(raw)
         e0, users, q = _number("eps0", eps0), _number("n", n), _sample_rate(sample_rate)
         target = subsampled(get_mechanism(mechanism), q) if mechanism != "generic-closed-form" else None
@@ -150,7 +152,7 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
 @click.option("--eps", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
@@ -170,7 +172,7 @@ def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> No
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"]))
+@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
 @click.option("--n", required=True, type=str, help="number of users")
 @click.option("--d", "domain", type=int, default=10, show_default=True, help="histogram: domain size")
 @click.option("--eps", type=str, default=None, help="calibrate p for this eps (with --delta)")
@@ -216,14 +218,14 @@ def simulate(mechanism: str, n: str, domain: int, eps: str | None, delta: str | 
 
 
 def _closed_form(eps0: float, n: float, delta: str | None, params: dict[str, Any]) -> dict[str, Any]:
-    from tablegen import validate
+    from tablegen import limits, validate
     from tablegen.mechanisms.generic import closed_form_eps
 
     if delta is None:
         raise ValueError("generic-closed-form answers --delta only (Theorem 3.1 gives eps)")
     if params:
         raise ValueError(f"generic-closed-form takes no parameters, got {sorted(params)}")
-    e0 = validate.positive_finite("eps0", eps0)
+    e0 = limits.minimum_eps0(eps0)
     users = validate.integer_at_least("n", n, 1)
     d = validate.open_unit("delta", _number("delta", delta))
     return {"eps": closed_form_eps(e0, users, d), "eps_lower": None, "certified": True,
@@ -254,7 +256,7 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
 
 @main.command("compose")
 @mechanism_options
-@click.option("--eps0", type=str, default=None, help="local privacy parameter per round, > 0")
+@click.option("--eps0", type=str, default=None, help=f"local privacy parameter per round, {EPS0_MIN_TEXT}")
 @click.option("--rounds", type=str, default=None, help="number of identical rounds T (integer >= 1)")
 @click.option("--delta", required=True, type=str, help="total delta in (0, 1)")
 @click.option("--eps", type=str, default=None, help="total eps budget (with --rounds-max or --eps0-max)")
@@ -377,7 +379,7 @@ def _rounds_from_json(text: str) -> list[Any]:
 
 @main.command("rdp")
 @mechanism_options
-@click.option("--eps0", required=True, type=str, help="local privacy parameter, > 0")
+@click.option("--eps0", required=True, type=str, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
 @click.option("--orders", type=str, default=None, help="Rényi orders > 1, comma-separated (default: dp-accounting's)")
 @click.option("--rounds", type=str, default="1", help="number of identical rounds T (RDP adds up)")
 @click.option("--delta", type=str, default=None, help="also eps at this delta through dp-accounting's RDP conversion")
@@ -530,7 +532,8 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 
 @main.command()
 @click.option("--device", is_flag=True, required=True, help="write a compact device file (the only format)")
-@click.option("--mechanism", required=True, help="mechanism family, e.g. krr, generic, laplace")
+@click.option("--mechanism", required=True, callback=mechanism_option,
+              help="mechanism family, e.g. krr, generic, laplace")
 @click_options
 @click.option("--eps0", "eps0", type=str, default=None,
               help="the deployment's eps0, comma-separated (e.g. 1.37 or 0.5,1.37); required unless cutting")

@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from lookup.api import EPS0_MIN_TEXT
 from lookup.device import FORMAT, digest_in, encode
 from lookup.table import Table, canonical_params, open_table
 from lookup.trust import record_built
 from tablegen import ENGINE_VERSION, __version__
+from tablegen.limits import EPS0_MIN
 from tablegen.store import round_float32
 
 
@@ -236,13 +238,14 @@ def insertions(n: np.ndarray, slack: np.ndarray, split: np.ndarray, max_slack: f
     return np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64)
 
 
-def _axis(name: str, values: Sequence[float] | None, check: Any) -> list[float]:
-    """A deployment's axis: given, each value checked, sorted, duplicates dropped."""
+def _axis(name: str, values: Sequence[float] | None, check: Any, allowed: str) -> list[float]:
+    """A deployment's axis: given, each value checked (``allowed`` says what passes), sorted,
+    duplicates dropped."""
     if not values:
         raise ValueError(f"give the deployment's --{name} (one value or several, comma-separated)")
     for v in values:
         if not check(v):
-            raise ValueError(f"{name} must be {'> 0' if name == 'eps0' else 'in (0, 1)'}, got {name}={v!r}")
+            raise ValueError(f"{name} must be {allowed}, got {name}={v!r}")
     return sorted({float(v) for v in values})
 
 
@@ -267,8 +270,8 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
 
     start = time.perf_counter()
     mechanism = get_mechanism(family)
-    eps0s = _axis("eps0", eps0, lambda v: 0 < v < math.inf)
-    deltas = _axis("delta", delta, lambda v: 0 < v < 1)
+    eps0s = _axis("eps0", eps0, lambda v: EPS0_MIN <= v < math.inf, f"{EPS0_MIN_TEXT} and finite")
+    deltas = _axis("delta", delta, lambda v: 0 < v < 1, "in (0, 1)")
     if not (1 <= n_min <= n_max < math.inf):
         raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min:g} n_max={n_max:g}")
     if not 0 < max_slack < 1:

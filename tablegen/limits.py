@@ -28,7 +28,7 @@ has the corner cases before and after): see the constants' comments.
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
 from tablegen import validate
 
@@ -154,28 +154,33 @@ def checked_n(n: float) -> int:
 
 def checked_eps0(eps0: float) -> float:
     """eps0 as a float in [EPS0_MIN, EPS0_LIMIT] (ValueError naming eps0 and the range otherwise)."""
-    value = validate.positive_finite("eps0", eps0)
+    value = minimum_eps0(eps0)
     if value > EPS0_LIMIT:
         raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_LIMIT:g}] (the engine evaluates eps0 <= "
                          f"{EPS0_MAX:g}; above it only eps0 itself is answered, where a lower bound proves it close), "
                          f"got eps0={eps0!r}")
-    return _at_least_eps0_min(value, eps0)
+    return value
 
 
-def _at_least_eps0_min(value: float, given: Any) -> float:
-    if value < EPS0_MIN:
-        raise ValueError(f"eps0 must be at least {EPS0_MIN:g} (below it the engine's double-precision laws are not "
-                         f"certified; docs/engine.md, Supported domain), got eps0={given!r}")
+def minimum_eps0(eps0: float) -> float:
+    """eps0 as a finite float >= EPS0_MIN (ValueError otherwise, stating the minimum as lookup and
+    every help text do: ``lookup.api.EPS0_MIN_TEXT``)."""
+    value = validate.number("eps0", eps0)
+    if not (math.isfinite(value) and value >= EPS0_MIN):
+        from lookup.api import EPS0_MIN_TEXT  # the light side's, shared (lookup imports no tablegen)
+
+        raise ValueError(f"eps0 must be {EPS0_MIN_TEXT} and finite (below {EPS0_MIN:g} the engine's double-precision "
+                         f"laws are not certified; docs/engine.md, Supported domain), got eps0={eps0!r}")
     return value
 
 
 def engine_eps0(eps0: float) -> float:
-    """eps0 as a float in (0, EPS0_MAX], the engine's own range (ValueError naming eps0 and the
-    range otherwise; the public functions answer some eps0 above it first, ``accountant.py``)."""
-    value = validate.positive_finite("eps0", eps0)
+    """eps0 as a float in [EPS0_MIN, EPS0_MAX], the engine's own range (ValueError naming eps0 and
+    the range otherwise; the public functions answer some eps0 above it first, ``accountant.py``)."""
+    value = minimum_eps0(eps0)
     if value > EPS0_MAX:
         raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_MAX:g}] for the live engine, got eps0={eps0!r}")
-    return _at_least_eps0_min(value, eps0)
+    return value
 
 
 def engine_n(n: int) -> int:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from tablegen import limits
 from tablegen.engine.lower import RESOLUTION as LOWER_RESOLUTION
 from tablegen.mechanisms import get_mechanism
 
@@ -232,8 +233,10 @@ def _segment(value: dict[str, Any], key: str, fail: Any) -> list[Decimal]:
 
 
 def _check_domain(values: dict[str, np.ndarray], fail: Any) -> None:
-    if values["eps0"][0] <= 0:
-        raise fail("axes.eps0", f"eps0 must be > 0, got {values['eps0'][0]}")
+    try:
+        limits.minimum_eps0(float(values["eps0"][0]))
+    except ValueError as err:
+        raise fail("axes.eps0", str(err)) from None
     n = values["n"]
     if n[0] < 1:
         raise fail("axes.n", f"n must be >= 1, got {n[0]}")
@@ -291,9 +294,8 @@ def _rows(raw: Any, eps0: np.ndarray, fail: Any) -> list[Row]:
 
 
 def _expand(entry: dict[str, Any], key: str, fail: Any) -> list[Row]:
-    family = entry["family"]
     try:
-        get_mechanism(family)
+        family = get_mechanism(entry["family"]).name  # in any case, stored as the registry spells it
     except ValueError as err:
         raise fail(f"{key}.family", str(err)) from None
     names = sorted(k for k in entry if k != "family")

@@ -76,6 +76,11 @@ def finite_list_above(name: str, values: Iterable[float], lower: float, maximum:
     return out
 
 
+def number(name: str, value: float) -> float:
+    """Return ``value`` as float (any float: the caller checks its range)."""
+    return _as_float(name, value)
+
+
 def _as_float(name: str, value: float) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {name}={value!r}")
@@ -88,7 +93,7 @@ def _as_float(name: str, value: float) -> float:
 def unknown_name(kind: str, name: object, known: Iterable[str]) -> ValueError:
     """The error for an unknown ``kind`` name: the closest known name suggested, all of them listed."""
     known = sorted(known)
-    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(name).lower(), known, n=1, cutoff=0.6)  # names are lower case
     hint = f"did you mean {close[0]!r}? " if close else ""
     return ValueError(f"unknown {kind}={name!r}; {hint}known: {', '.join(known)}")
 

@@ -10,8 +10,9 @@ Gaussian (DP-SGD) and the rest.
 Neighbouring relation.  A round is certified for substitution neighbours with n public (one
 user's data replaced, docs/composition.md): dp-accounting's ``REPLACE_ONE``, and so also
 ``REPLACE_SPECIAL`` (replacing a record by a special one is a substitution; dp-accounting accounts
-a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.00039 Def. 1.1).
-Under ``ADD_OR_REMOVE_ONE`` (the accountants' default) a shuffled round is refused: it changes n.
+a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.00039 Def. 1.1), the
+default of both accountants here (``DEFAULT_RELATION``).  Under ``ADD_OR_REMOVE_ONE`` (the
+default of dp-accounting's own accountants) a shuffled round is refused: removing a user changes n.
 
 What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (Doroshenko et al.,
 arXiv:2207.04380) through the convex hull of the engine's certified profile (profile.py), sampled
@@ -46,6 +47,7 @@ from tablegen.compose.profile import POINTS
 NeighboringRelation = privacy_accountant.NeighboringRelation
 ErrorDetails = privacy_accountant.PrivacyAccountant.CompositionErrorDetails
 SUBSTITUTION = (NeighboringRelation.REPLACE_ONE, NeighboringRelation.REPLACE_SPECIAL)
+DEFAULT_RELATION = NeighboringRelation.REPLACE_SPECIAL  # a substitution; DP-SGD's events accounted as under add/remove
 DISCRETIZATION = 1e-4  # dp-accounting's default value_discretization_interval
 SAMPLING = (dp_event.PoissonSampledDpEvent, dp_event.SampledWithReplacementDpEvent,
             dp_event.SampledWithoutReplacementDpEvent)
@@ -90,12 +92,34 @@ def _joined(name: Any) -> Any:
     return name
 
 
-@attr.s(frozen=True, slots=True, auto_attribs=True)
+def _params_dict(params: Any) -> dict[str, Any]:
+    """``params`` as a dict (None: no parameters); ValueError naming ``params`` where it is not a dict."""
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"params must be a dict of the mechanism's parameters (e.g. {{'k': 10}}) or None, "
+                         f"got params={params!r}")
+    return dict(params or {})
+
+
+def _with_keywords(params: Any, keywords: dict[str, Any]) -> Any:
+    """``params`` with the mechanism parameters given as keywords (``k=10``) added; unchanged
+    without any; ValueError where a parameter is given both ways."""
+    if not keywords:
+        return params
+    given = _params_dict(params)
+    both = sorted(set(given) & set(keywords))
+    if both:
+        raise ValueError(f"mechanism parameter {both[0]!r} given twice: in params and as a keyword")
+    return {**given, **keywords}
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True, init=False)
 class ShuffledRoundEvent(dp_event.DpEvent):
     """One shuffled round: every user (each with probability ``sample_rate``, Poisson) sends one
-    report of the eps0-LDP randomizer ``mechanism`` (parameters ``params``, e.g. {"k": 10}); the
-    n reports (n public) are shuffled.  Certified for substitution neighbours (REPLACE_ONE,
-    REPLACE_SPECIAL) by ``tablegen.engine`` (arXiv:2504.07414; docs/engine.md)."""
+    report of the eps0-LDP randomizer ``mechanism``, its parameters as keywords the way
+    ``round_pld`` takes them (``ShuffledRoundEvent("krr", 1.0, 10**6, k=10)``) or as the dict
+    ``params`` (``{"k": 10}``, kept in ``params`` either way); the n reports (n public) are
+    shuffled.  Certified for substitution neighbours (REPLACE_ONE, REPLACE_SPECIAL) by
+    ``tablegen.engine`` (arXiv:2504.07414; docs/engine.md)."""
 
     mechanism: str = attr.ib(converter=_joined)
     eps0: float
@@ -103,12 +127,13 @@ class ShuffledRoundEvent(dp_event.DpEvent):
     params: dict[str, Any] | None = None
     sample_rate: float = 1.0
 
+    def __init__(self, mechanism: str, eps0: float, n: int, params: dict[str, Any] | None = None,
+                 sample_rate: float = 1.0, **mechanism_params: Any) -> None:
+        self.__attrs_init__(mechanism, eps0, n, _with_keywords(params, mechanism_params), sample_rate)
+
     def parameters(self) -> dict[str, Any]:
         """``params`` (None: no parameters); ValueError naming ``params`` where it is not a dict."""
-        if self.params is not None and not isinstance(self.params, dict):
-            raise ValueError(f"params must be a dict of the mechanism's parameters (e.g. {{'k': 10}}) or None, "
-                             f"got params={self.params!r}")
-        return dict(self.params or {})
+        return _params_dict(self.params)
 
     def kwargs(self) -> dict[str, Any]:
         return {"eps0": self.eps0, "n": self.n, "sample_rate": self.sample_rate, **self.parameters()}
@@ -170,9 +195,11 @@ class _Rounds:
 class ShufflePLDAccountant(_Rounds, pld_privacy_accountant.PLDAccountant):
     """dp-accounting's PLD accountant that also composes ``ShuffledRoundEvent`` (``round_pld`` on
     its lattice, self-composed ``count`` times); at eps < 0 each round's curve rounding
-    (``pld.CURVE_ROUNDING``) is added to delta before eps is read (module docstring)."""
+    (``pld.CURVE_ROUNDING``) is added to delta before eps is read (module docstring).  Its
+    neighbouring relation defaults to ``REPLACE_SPECIAL``: a round is certified for the
+    substitution of one user's data (its parent's default, ``ADD_OR_REMOVE_ONE``, refuses rounds)."""
 
-    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
+    def __init__(self, neighboring_relation: NeighboringRelation = DEFAULT_RELATION,
                  value_discretization_interval: float = DISCRETIZATION) -> None:
         super().__init__(neighboring_relation, value_discretization_interval)
         self._shift = 0.0
@@ -198,10 +225,10 @@ class ShufflePLDAccountant(_Rounds, pld_privacy_accountant.PLDAccountant):
 class ShuffleRDPAccountant(_Rounds, rdp_privacy_accountant.RdpAccountant):
     """dp-accounting's RDP accountant that also composes ``ShuffledRoundEvent``: ``count`` times the
     round's certified Rényi divergences at the accountant's orders (``rdp_bounds``, both orders of
-    every pair, docs/renyi.md).  Refuses (eps0, delta0)-LDP rounds, whose divergence can be infinite."""
+    every pair, docs/renyi.md).  Refuses (eps0, delta0)-LDP rounds, whose divergence can be infinite.
+    Its neighbouring relation defaults to ``REPLACE_SPECIAL``, as ``ShufflePLDAccountant``'s."""
 
-    def __init__(self, orders: Any = None,
-                 neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE) -> None:
+    def __init__(self, orders: Any = None, neighboring_relation: NeighboringRelation = DEFAULT_RELATION) -> None:
         super().__init__(orders, neighboring_relation)
         self._rounds = {}
 

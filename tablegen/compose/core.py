@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tablegen import validate
+from tablegen import limits, validate
 from tablegen.compose import pld
 from tablegen.compose.profile import POINTS, Vertices, envelope, sample, tail_edge
 
@@ -109,7 +109,7 @@ def _checked(rounds: Sequence[Round]) -> list[Round]:
         raise ValueError("rounds must list at least one round")
     out = []
     for r in rounds:
-        e0 = validate.positive_finite("eps0", r.eps0)
+        e0 = limits.minimum_eps0(r.eps0)
         users = validate.integer_at_least("n", r.n, 1)
         times = validate.integer_at_least("times", r.times, 1, MAX_ROUNDS)
         out.append(Round(r.mechanism, e0, users, dict(r.params), times, validate.rate("sample_rate", r.sample_rate)))

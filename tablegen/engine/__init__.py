@@ -3,6 +3,7 @@
 from tablegen.engine.accountant import (
     Bounds,
     certifies,
+    delta0_note,
     delta_bounds,
     delta_curve,
     eps0_max,
@@ -11,5 +12,5 @@ from tablegen.engine.accountant import (
 )
 from tablegen.engine.renyi import RenyiBounds, rdp_bounds
 
-__all__ = ["Bounds", "RenyiBounds", "certifies", "delta_bounds", "delta_curve", "eps_bounds", "eps0_max",
-           "proves_above", "rdp_bounds"]
+__all__ = ["Bounds", "RenyiBounds", "certifies", "delta0_note", "delta_bounds", "delta_curve", "eps_bounds",
+           "eps0_max", "proves_above", "rdp_bounds"]

@@ -266,6 +266,16 @@ class Query:
             return 0.0
         return self.mechanism.extra_delta(eps, self.eps0, self.n if n is None else n, **self.params)
 
+    def delta0_note(self, delta: float) -> str | None:
+        """Why eps0 is the certified eps where the extra delta (Theorem 3.8's n delta0 term) at eps0,
+        where the engine evaluates it, is alone above ``delta``: the certified delta at eps0 is then
+        above delta and ``_eps_upper`` answers eps0 without a search.  None elsewhere."""
+        term = self.extra_delta(self.eps0, self.n_engine)
+        if not term > delta:
+            return None
+        return (f"the n * delta0 term of Theorem 3.8 (arXiv:2012.12803) is {term:.3e} at eps = eps0, above "
+                f"delta = {delta:g}: it uses up delta, so the answer is eps0 (no amplification certified)")
+
     def delta_lower(self, eps: float) -> float | None:
         if not self.lower:
             return None
@@ -503,7 +513,8 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
     of the engine's value at N_MAX and the closed-form bound at n (Chernoff or Berry-Esseen),
     without a lower bound; for eps0 above ``limits.EPS0_MAX`` eps0 itself where a lower bound
     proves it close (``FarEps0``), else a ValueError.  ``detail`` then says which
-    (``far_n_detail``, ``FarEps0.eps_bounds``).
+    (``far_n_detail``, ``FarEps0.eps_bounds``); its ``note`` says why the answer is eps0 where
+    an n delta0 term uses up delta (``Query.delta0_note``).
     """
     far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
@@ -520,7 +531,16 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
         if low < upper * (1 - rtol):
             low = max(low, _eps_lower(q, delta, upper, rtol))
         low = min(low, upper)
-    return Bounds(upper, low, q.far_n_detail(upper, delta))
+    note = q.delta0_note(delta)
+    return Bounds(upper, low, {**q.far_n_detail(upper, delta), **({"note": note} if note else {})})
+
+
+def delta0_note(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, **params: Any) -> str | None:
+    """The ``note`` of ``eps_bounds`` at these arguments, without its search (``Query.delta0_note``:
+    why eps0 is the answer where the n delta0 term uses up delta; None elsewhere)."""
+    if FarEps0.of(mechanism, eps0, n, params) is not None:
+        return None
+    return Query(mechanism, eps0, n, params).delta0_note(validate.open_unit("delta", delta))
 
 
 def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rtol: float = RTOL,

@@ -106,3 +106,28 @@ def test_c_path_names_the_c_reader_sources() -> None:
     folder = Path(result.output.strip())
     assert result.exit_code == 0 and folder.is_dir()
     assert {"shuffle_eps_device.h", "shuffle_eps_device.c", "shuffle_eps_query.c"} <= {p.name for p in folder.iterdir()}
+
+
+def test_eps0_answered_because_delta0_uses_up_delta_says_so(table_path: Path) -> None:
+    """The engine's note (tests/tablegen/test_cli.py) in lookup's answer too: the table has no
+    delta0 rows, so the question is answered live, by the same path."""
+    from test_cli import DELTA0_QUESTION, explains_delta0
+
+    code, out, _ = run("eps", *DELTA0_QUESTION, "--table", str(table_path), "--json")
+    answer = json.loads(out)
+    assert code == 0 and answer["eps"] == 1.0 and answer["source"] == "live" and explains_delta0(answer["note"])
+    assert f"note: {answer['note']}\n" in run("eps", *DELTA0_QUESTION, "--table", str(table_path))[1]
+
+
+def test_mechanism_names_in_any_case(table_path: Path) -> None:
+    """kRR is krr: answered from the table's krr row, as the Python API answers it."""
+    import lookup
+
+    question = ["--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6", "--table", str(table_path), "--json",
+                "--max-slack", "none"]
+    (code, lower, _), (mixed_code, mixed, _) = (run("eps", "--mechanism", name, *question) for name in ("krr", "kRR"))
+    assert code == mixed_code == 0 and mixed == lower and json.loads(mixed)["source"] == "table"
+    a, b = (lookup.eps(name, k=3, eps0=1.5, n=50, delta=1e-6, table=str(table_path), max_slack=None)
+            for name in ("KRR", "krr"))
+    assert a == b and a.source == "table"
+    assert run("calibrate", "--mechanism", "Binary-Sum", "--eps", "1", "--delta", "1e-6", "--n", "1e5")[0] == 0

@@ -80,3 +80,32 @@ def test_one_largest_n_for_table_and_engine() -> None:
     lookup.eps("krr", eps0=2.0, n=float(N_LIMIT), delta=1e-8, k=10)
     with pytest.raises(ValueError, match="n must be an integer in"):
         lookup.eps("krr", eps0=2.0, n=2e18, delta=1e-8, k=10)
+
+
+@pytest.mark.parametrize("eps0", [-1.0, 0.0, 1e-7])
+def test_one_statement_of_the_eps0_minimum_everywhere(eps0: float) -> None:
+    """lookup, the engine, both command lines and their help, and the page state eps0's minimum in
+    the same words (lookup.api.EPS0_MIN_TEXT, ">= 1e-06"), never "> 0"."""
+    import html
+    import re
+
+    from lookup.api import EPS0_MIN_TEXT
+    from tablegen import compose
+    from tablegen.cli import main as tablegen_main
+    from tablegen.engine import eps_bounds
+
+    stated = f"eps0 must be {EPS0_MIN_TEXT}"
+    for call in (lambda: lookup.eps("krr", eps0=eps0, n=100, delta=1e-8, k=10),
+                 lambda: eps_bounds("krr", eps0=eps0, n=100, delta=1e-8, k=10),
+                 lambda: compose.eps("krr", eps0=eps0, n=100, rounds=2, delta=1e-8, k=10)):
+        with pytest.raises(ValueError, match=re.escape(stated)):
+            call()
+    question = ["--mechanism", "krr", "--k", "10", "--eps0", str(eps0), "--n", "100", "--delta", "1e-8"]
+    for cli, command in ((main, "eps"), (tablegen_main, "compute")):
+        result = CliRunner().invoke(cli, [command, *question])
+        assert result.exit_code == 2 and stated in result.stderr, result.output
+        helped = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+        assert f"--eps0 TEXT local privacy parameter, {EPS0_MIN_TEXT}" in helped
+    page = (Path(lookup.__file__).parent / "static" / "index.html").read_text()
+    label = re.search(r'<label data-field="eps0">eps0 <small>(.*?)</small>', page).group(1)
+    assert html.unescape(re.sub(r"<[^>]+>", "", label)) == f"local ε0 {EPS0_MIN_TEXT}"

@@ -59,3 +59,12 @@ def test_rows_with_commas_in_values_use_semicolons(table_path: Path, tmp_path: P
     assert rows == [("parallel", {"bases": "krr,blh", "weights": "0.5,0.5", "k": 10}),
                     ("finite", {"matrix": [[0.7, 0.3], [0.3, 0.7]]})]
     assert [r[0] for r in map(_row, _rows("krr k=10,generic"))] == ["krr", "generic"]
+
+
+def test_a_missing_out_directory_is_one_line_and_status_2(table_path: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "some" / "missing"
+    result = CliRunner().invoke(main, ["plot", "eps-vs-n", "--mechanisms", "krr k=3", "--eps0", "2", "--delta",
+                                       "1e-6", "--table", str(table_path), "--out", str(missing / "x.png")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "--out" in result.stderr and str(missing) in result.stderr
+    assert not missing.exists()

@@ -99,6 +99,12 @@ def table1_law(name: str, eps0: float, eps: float):
     return values, probs
 
 
+def delta0_term(eps: float, eps0: float, n: float, delta0: float) -> float:
+    """Theorem 3.8's extra delta of an (eps0, delta0)-LDP randomizer (Feldman-McMillan-Talwar,
+    arXiv:2012.12803, Lemma C.1): (e^eps + 1)(1 + e^(-eps0/2)) n delta0."""
+    return (math.exp(eps) + 1) * (1 + math.exp(-eps0 / 2)) * n * delta0
+
+
 def krr_upper_law(eps0: float, eps: float, k: int):
     """Table 1, k-RR row: p = 1/(e^eps0 + k - 1) for the extreme atoms, (k-2)p at 1-e^eps, (e^eps0-1)p at 0."""
     b, a = math.exp(eps0), math.exp(eps)

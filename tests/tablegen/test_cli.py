@@ -2,8 +2,10 @@
 
 import json
 import math
+import re
 
 from click.testing import CliRunner
+from shuffle_reference import delta0_term
 
 from tablegen.cli import main
 
@@ -120,3 +122,44 @@ def test_export_to_a_missing_directory_is_refused_before_computing(tmp_path):
                                        "--delta", "1e-8", "--out", str(out)])
     assert result.exit_code == 2 and "--out" in result.output and "does not exist" in result.output, result.output
     assert not (tmp_path / "missing").exists()
+
+
+DELTA0_QUESTION = ["--mechanism", "generic", "--delta0", "1e-9", "--eps0", "1", "--n", "1e5", "--delta", "1e-8"]
+
+
+def explains_delta0(note: str) -> bool:
+    """Whether ``note`` says that the n delta0 term (its size quoted, within 1%: the reference of
+    shuffle_reference.py at the question above, eps = eps0) uses up delta, so eps is eps0."""
+    quoted = [float(x) for x in re.findall(r"\d+(?:\.\d+)?e[-+]?\d+", note)]
+    term = delta0_term(1.0, 1.0, 1e5, 1e-9)
+    return "delta0" in note and "no amplification" in note and any(math.isclose(x, term, rel_tol=1e-2)
+                                                                     for x in quoted)
+
+
+def test_eps0_answered_because_delta0_uses_up_delta_says_so():
+    """n delta0 = 1e-4, far above delta = 1e-8: no amplification is certified, and the answer says why."""
+    out = run("compute", *DELTA0_QUESTION, "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["eps"] == 1.0 and explains_delta0(data["note"]), data["note"]
+    text = run("compute", *DELTA0_QUESTION).output
+    assert f"note: {data['note']}\n" in text
+    amplified = json.loads(run("compute", *DELTA0_QUESTION[:-1], "1e-3", "--json").output)  # n delta0 below delta
+    assert amplified["eps"] < 1.0 and "note" not in amplified
+
+
+def test_mechanism_names_in_any_case():
+    """kRR is krr (the CLI, the engine, a spec's rows); a misspelling in capitals still gets its suggestion."""
+    from tablegen.engine import eps_bounds
+    from tablegen.spec import spec_from_dict
+
+    question = ["--k", "3", "--eps0", "1", "--n", "1000", "--delta", "1e-6", "--json"]
+    lower, mixed = (run("compute", "--mechanism", name, *question) for name in ("krr", "kRR"))
+    assert mixed.exit_code == 0 and mixed.output == lower.output, mixed.output
+    out = run("compute", "--mechanism", "KRRR", *question)
+    assert out.exit_code == 2 and "did you mean 'krr'?" in out.output
+    assert run("compute", "--mechanism", "Binary-Sum", "--p", "0.9", "--n", "1e4", "--delta", "1e-6").exit_code == 0
+    assert eps_bounds("KRR", eps0=1.0, n=1000, delta=1e-6, k=3) == eps_bounds("krr", eps0=1.0, n=1000, delta=1e-6, k=3)
+    spec = spec_from_dict({"axes": {"eps0": [0.5, 1.0], "n": [10, 100], "delta": [1e-6]},
+                           "mechanism": [{"family": "KRR", "k": 3}]})
+    assert [row.family for row in spec.rows] == ["krr"]

@@ -148,7 +148,7 @@ def test_refusals_name_the_way_out(accountant: str) -> None:
     with pytest.raises(UnsupportedEventError, match=r"sample_rate=q"):
         cls(neighboring_relation=SPECIAL).compose(ComposedDpEvent([PoissonSampledDpEvent(0.1, event)]))
     with pytest.raises(UnsupportedEventError, match="REPLACE_SPECIAL"):
-        cls().compose(event)  # the parents' default: add/remove changes n
+        cls(neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE).compose(event)  # the parents' default
     acc = cls(neighboring_relation=SPECIAL)
     with pytest.raises(ValueError, match="eps0"):
         acc.compose(compose.ShuffledRoundEvent("krr", -1.0, 1000, {"k": 10}))
@@ -157,6 +157,20 @@ def test_refusals_name_the_way_out(accountant: str) -> None:
     with pytest.raises(ValueError, match="params must be a dict"):  # once a TypeError from ** deep inside
         acc.compose(compose.ShuffledRoundEvent("krr", 1.0, 1000, [("k", 10)]))  # type: ignore[arg-type]
     assert acc.ledger == dp_accounting.NoOpDpEvent() and acc.get_epsilon(DELTA) == 0  # nothing half-written
+
+
+@pytest.mark.parametrize("accountant", ["ShufflePLDAccountant", "ShuffleRDPAccountant"])
+def test_defaults_to_substitution_and_takes_parameters_as_round_pld_does(accountant: str) -> None:
+    """No argument: REPLACE_SPECIAL (dp-accounting's own default, add/remove, refuses every round);
+    k=10 as round_pld takes it is the event of params={"k": 10}; a parameter given both ways is refused."""
+    cls = getattr(compose, accountant)
+    keywords, as_dict = compose.ShuffledRoundEvent("krr", 1.0, 1000, k=10), compose.ShuffledRoundEvent(
+        "krr", 1.0, 1000, {"k": 10})
+    assert keywords == as_dict and cls().neighboring_relation == SPECIAL
+    assert cls().compose(keywords, 3).get_epsilon(DELTA) == cls(neighboring_relation=SPECIAL).compose(
+        as_dict, 3).get_epsilon(DELTA)
+    with pytest.raises(ValueError, match="'k' given twice"):
+        compose.ShuffledRoundEvent("krr", 1.0, 1000, {"k": 10}, k=3)
 
 
 def test_a_lattice_too_fine_is_refused_before_allocating() -> None:

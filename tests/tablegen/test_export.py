@@ -120,7 +120,7 @@ def test_export_cli_computes_the_deployment(tmp_path: Path) -> None:
     report = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
     assert report["computed"] and report["eps0"] == [2.2] and report["delta"] == [1e-6]
     assert report["n"][0] == 1000 and report["n"][-1] == 10000 and report["worst_slack"] <= 0.02
-    for bad, message in [(["--eps0", "0"], "eps0 must be > 0"), (["--delta", "2"], "delta must be in (0, 1)"),
+    for bad, message in [(["--eps0", "0"], "eps0 must be >= 1e-06"), (["--delta", "2"], "delta must be in (0, 1)"),
                          (["--n-min", "1e5"], "n_min <= n_max"), (["--max-slack", "0"], "max_slack must be in")]:
         result = CliRunner().invoke(main, [*args, *bad])
         assert result.exit_code == 2 and message in result.output, (bad, result.output)

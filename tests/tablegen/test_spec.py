@@ -55,7 +55,7 @@ def test_good_spec_expands_rows_and_axes(tmp_path: Path) -> None:
         (("eps0 = [0.5, 1.0]", "eps0 = []"), "axes.eps0", "empty axis"),
         (("eps0 = [0.5, 1.0]", "eps0 = [1.0, 0.5]"), "axes.eps0", "strictly ascending"),
         (("delta = [1e-8, 1e-6]", "delta = [1e-8, 1.5]"), "axes.delta", "delta must be in (0, 1)"),
-        (("eps0 = [0.5, 1.0]", "eps0 = [-1.0, 1.0]"), "axes.eps0", "eps0 must be > 0"),
+        (("eps0 = [0.5, 1.0]", "eps0 = [-1.0, 1.0]"), "axes.eps0", "eps0 must be >= 1e-06"),
         (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [0, 5]"), "axes.n", "n must be >= 1"),
         (("n = {start = 1e2, stop = 1e8, per_decade = 2}", "n = [2.5, 3.5]"), "axes.n", "must be integers"),
         (('family = "olh"', 'family = "generic"\ndelta0 = 1e-9'), "mechanism[1]", "delta0 > 0"),
