@@ -1,18 +1,32 @@
 """``python -m bench service --load``: the HTTP service under real traffic, on 127.0.0.1.
 
-``lookup serve`` (default table and settings) in a subprocess; in this process an asyncio load
-generator (keep-alive connections, one per client, HTTP/1.1 written by hand so that the
-generator costs little CPU beside the server):
+``lookup serve`` (default table and settings, plus ``--server-args``) in a subprocess; in this
+process an asyncio load generator (keep-alive connections, one per client, HTTP/1.1 written by
+hand so that the generator costs little CPU beside the server):
 
 * load: ``--clients`` (32) clients for ``--duration`` (120 s), each waiting 0.5-1.5 s between
-  questions (as locust's ``between(0.5, 1.5)``).  Each client is an application with its own
-  mechanism and eps0 (off the grid, inside the table), asking at it over and over with n and
-  delta varying; its mix: 70% such in-range questions (one in ten on grid points), 10% live
-  questions beyond the table (eps0 in 8-12), 10% bad requests, 10% /healthz.  Reported: the
-  status counts of each kind, the in-range latency percentiles, the refined fraction, the
-  server's RSS over time, and on a sample of in-range answers their ratio to the engine's
-  certified value at the same point, computed here afterwards (and that no answer is below the
-  engine's certified lower bound);
+  questions (as locust's ``between(0.5, 1.5)``), in one of two mixes (``--mix``):
+
+  - ``issue47`` (the default; the traffic of issue 47): 60% ``random`` in-range questions at
+    random off-grid points (a mechanism of ``INSIDE``, eps0 log-uniform in 0.1-6 off the grid, n
+    log-uniform in 1e3-1e8, delta log-uniform in 1e-11-1e-4 to 3 digits), each asked once; 15%
+    ``repeated``: twenty fixed deployment questions (drawn the same way from a seeded RNG) asked
+    again and again; 10% ``live`` questions beyond the table (eps0 in 8.05-12); 5% ``bad`` input;
+    5% ``rounds`` (``&rounds=365`` at a random in-range point; a 400 where delta is too small to
+    certify for 365 rounds, e.g. laplace eps0 0.6126 n 404359 delta 2.73e-11); 5% ``page`` (``/``
+    or ``/openapi.json``);
+  - ``apps`` (the earlier mix): each client an application with its own mechanism and eps0 (off
+    the grid, inside the table), asking at it over and over with n and delta varying: 70% such
+    ``inside`` questions (one in ten on grid points), 10% live, 10% bad, 10% ``health``.
+
+  Reported: each kind's status counts and latency percentiles; for the in-range kinds, each and
+  together, the refined fraction and, on a sample stratified by kind (``--sample``), the answers
+  against the engine's certified bounds at the same point, computed here afterwards: the fraction
+  within 2% of its certified eps, the ratio's percentiles, the answers below its certified lower
+  bound and those whose eps_lower is above its certified eps (both must be 0); for the repeated
+  questions the refined fraction at the first, second and later askings; the server's refinement,
+  slice, queue and error metrics at the end; the RSS of the server over time and of its worker
+  processes (its descendants) at most;
 * slow: 260 connections trickling one byte every 2 s and 256 silent ones, while a probe asks
   table questions and /healthz (the status counts and latency percentiles of the probe).
 
@@ -27,21 +41,30 @@ import asyncio
 import json
 import math
 import random
+import shlex
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 INSIDE = [("krr", {"k": 10}), ("krr", {"k": 100}), ("generic", {}), ("olh", {}), ("rappor", {}), ("hr", {}),
           ("krr", {"k": 2}), ("laplace", {})]
-TINY = 1e-4  # below this eps, slack is reported as an absolute excess
+TINY = 1e-4  # below this eps, slack is reported as an absolute excess (within 2%: at most 2% of TINY above)
 BAD = ["mechanism=krr&k=10&eps0=-1&n=1e6&delta=1e-8", "mechanism=nope&eps0=1&n=1e6&delta=1e-8",
        "mechanism=krr&k=10&n=1e6&delta=1e-8", "mechanism=krr&k=10&eps0=1&n=2.5&delta=1e-8",
        "mechanism=krr&k=10&eps0=1&n=1e6&delta=1e-8&live=", "mechanism=generic&eps0=5e-324&n=1&delta=5e-324"]
+EPS0 = (0.1, 6.0)  # the in-range questions' eps0 (log-uniform), inside the default table's 0.05-8
+ISSUE47 = {"random": 0.60, "repeated": 0.15, "live": 0.10, "bad": 0.05, "rounds": 0.05, "page": 0.05}
+APPS = {"inside": 0.7, "live": 0.1, "bad": 0.1, "health": 0.1}
+METRICS = ("lookup_refine", "lookup_slice", "lookup_live_queue", "lookup_background", "lookup_answer_slack",
+           "lookup_server_errors")  # the /metrics lines printed at the end (those the server has)
+Ask = tuple[str, dict[str, Any], dict[str, float]]  # an in-range eps question: mechanism, its parameters, numbers
+Question = tuple[str, str, Ask | None]  # kind, request target, the in-range eps question (else None)
 
 
 def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -61,10 +84,29 @@ def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
+    """A process's resident memory in MB (NaN once it is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return math.nan
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), math.nan)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (the server's worker pools, their resource tracker), read from /proc."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        above = todo.pop()
+        children = [child for child, of in parent.items() if of == above]
+        found += children
+        todo += children
+    return found
 
 
 class Client:
@@ -104,30 +146,93 @@ def query(mechanism: str, params: dict[str, Any], **numbers: float) -> str:
     return "&".join([f"mechanism={mechanism}", *(f"{k}={v}" for k, v in {**params, **numbers}.items())])
 
 
-async def client(address: str, seed: int, until: float, table: Any, out: dict[str, Any]) -> None:
-    rng = random.Random(seed)
+def eps_target(ask: Ask, extra: str = "") -> str:
+    mechanism, params, numbers = ask
+    return "/v1/eps?" + query(mechanism, params, **numbers) + extra
+
+
+def log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
+def random_n_delta(rng: random.Random) -> dict[str, float]:
+    return {"n": int(log_uniform(rng, 1e3, 1e8)), "delta": float(f"{log_uniform(rng, 1e-11, 1e-4):.3g}")}
+
+
+def random_point(rng: random.Random, grid: Any) -> Ask:
+    """An in-range eps question: a mechanism of ``INSIDE``, eps0 off the table's ``grid``, n and delta."""
+    mechanism, params = rng.choice(INSIDE)
+    while abs(grid - (eps0 := round(log_uniform(rng, *EPS0), 4))).min() < 1e-9:
+        pass
+    return mechanism, params, {"eps0": eps0, **random_n_delta(rng)}
+
+
+def deployment(grid: Any) -> list[Ask]:
+    """Issue 47's twenty fixed deployment questions (the same in every client and run)."""
+    rng = random.Random(47)
+    return [random_point(rng, grid) for _ in range(20)]
+
+
+def weighted(rng: random.Random, weights: dict[str, float]) -> str:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def side_target(kind: str, rng: random.Random, mechanism: str, params: dict[str, Any]) -> str:
+    """The target of a question the table does not answer: live, bad, page or health."""
+    if kind == "live":
+        return "/v1/eps?" + query(mechanism, params, eps0=round(rng.uniform(8.05, 12), 3), n=10**6, delta=1e-8)
+    if kind == "bad":
+        return "/v1/eps?" + rng.choice(BAD)
+    return rng.choice(["/", "/openapi.json"]) if kind == "page" else "/healthz"
+
+
+def issue47(table: Any, rng: random.Random, seed: int) -> Callable[[], Question]:
+    """A client of issue 47's mix (``ISSUE47``; see the module docstring)."""
+    fixed = deployment(table.eps0)
+
+    def pick() -> Question:
+        kind = weighted(rng, ISSUE47)
+        if kind in ("random", "repeated"):
+            ask = random_point(rng, table.eps0) if kind == "random" else rng.choice(fixed)
+            return kind, eps_target(ask), ask
+        if kind == "rounds":
+            return kind, eps_target(random_point(rng, table.eps0), "&rounds=365"), None
+        return kind, side_target(kind, rng, *rng.choice(INSIDE)), None
+
+    return pick
+
+
+def apps(table: Any, rng: random.Random, seed: int) -> Callable[[], Question]:
+    """A client of the earlier mix (``APPS``): an application with its own mechanism and eps0."""
     mechanism, params = INSIDE[seed % len(INSIDE)]
-    eps0 = round(math.exp(rng.uniform(math.log(0.1), math.log(6.0))), 4)  # the application's own eps0
+    eps0 = round(log_uniform(rng, *EPS0), 4)
+
+    def pick() -> Question:
+        kind = weighted(rng, APPS)
+        if kind != "inside":
+            return kind, side_target(kind, rng, mechanism, params), None
+        if rng.random() < 0.1:  # on grid points
+            numbers = {"eps0": float(rng.choice(table.eps0[:-10])), "n": int(rng.choice(table.n[:-20])),
+                       "delta": float(rng.choice(table.delta))}
+        else:
+            numbers = {"eps0": eps0, **random_n_delta(rng)}
+        ask = (mechanism, params, numbers)
+        return kind, eps_target(ask), ask
+
+    return pick
+
+
+MIXES = {"issue47": (ISSUE47, issue47), "apps": (APPS, apps)}
+
+
+async def client(address: str, until: float, pick: Callable[[], Question], rng: random.Random,
+                 out: dict[str, Any]) -> None:
     conn = Client(address)
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(0.5, 1.5))
-        roll = rng.random()
-        if roll < 0.7:
-            kind, on_grid = "inside", rng.random() < 0.1
-            if on_grid:
-                point = {"eps0": float(rng.choice(table.eps0[:-10])), "n": int(rng.choice(table.n[:-20])),
-                         "delta": float(rng.choice(table.delta))}
-            else:
-                point = {"eps0": eps0, "n": int(math.exp(rng.uniform(math.log(1e3), math.log(1e8)))),
-                         "delta": float(f"{math.exp(rng.uniform(math.log(1e-11), math.log(1e-4))):.3g}")}
-            target = "/v1/eps?" + query(mechanism, params, **point)
-        elif roll < 0.8:
-            kind, point = "live", None
-            target = "/v1/eps?" + query(mechanism, params, eps0=round(rng.uniform(8.05, 12), 3), n=10**6, delta=1e-8)
-        elif roll < 0.9:
-            kind, point, target = "bad", None, "/v1/eps?" + rng.choice(BAD)
-        else:
-            kind, point, target = "health", None, "/healthz"
+        kind, target, ask = pick()
+        out["asked"][target] += 1
+        asking = out["asked"][target]  # 1 for the first asking (of any client), in the order sent
         start = time.perf_counter()
         try:
             status, headers, body = await conn.get(target)
@@ -136,97 +241,176 @@ async def client(address: str, seed: int, until: float, table: Any, out: dict[st
             continue
         seconds = time.perf_counter() - start
         out["status"][kind, status] += 1
-        out["times"].setdefault(kind, []).append(seconds)
+        out["times"][kind].append(seconds)
         if status == 503 and "retry-after" not in headers:
             out["status"][kind, "503 without Retry-After"] += 1
-        if kind == "inside":
-            out["latency"].append(seconds)
-            out["slowest"].append((seconds, status, target))
+        if ask is not None:
+            out["in_range"].append((seconds, status, target))
             if status == 200:
-                answer = json.loads(body)
-                out["refined"][answer.get("refined", True) is not False] += 1
-                out["answers"].append((mechanism, params, point, answer))
+                out["answers"][kind].append((ask, json.loads(body), asking))
     conn.close()
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def percentiles(values: list[float]) -> str:
     values = sorted(values)
     if not values:
         return "none"
-    pick = [values[min(len(values) - 1, int(q * len(values)))] * 1000 for q in (0.5, 0.9, 0.99)]
+    pick = [quantile(values, q) * 1000 for q in (0.5, 0.9, 0.99)]
     return f"p50 {pick[0]:.1f} ms, p90 {pick[1]:.1f} ms, p99 {pick[2]:.1f} ms, max {values[-1] * 1000:.1f} ms"
 
 
-def against_live(answers: list[tuple[str, dict, dict, dict]], sample: int) -> list[str]:
-    """Ratios of sampled in-range answers to the engine's certified eps at the same point, and
-    whether any is below the engine's certified lower bound (computed here, after the load).
-    Where the engine's eps is below ``TINY`` a ratio says nothing (eps goes to 0; the chord
-    between grid deltas is far above it relatively, never absolutely): the largest absolute
-    excess is reported there instead."""
+def share(count: int, total: int) -> str:
+    return f"{count} of {total} ({100 * count / max(1, total):.1f}%)"
+
+
+def refined(answer: dict[str, Any]) -> bool:
+    """Refined: a slice, a refinement or a table answer within max_slack (not labelled "refined": false)."""
+    return answer.get("refined", True) is not False
+
+
+class Check(NamedTuple):
+    """One answer against the engine's certified bounds at its point."""
+
+    excess: float  # answer / engine's eps - 1; where the engine's eps is below TINY, answer - engine's eps
+    tiny: bool
+    below: bool | None  # below the engine's certified lower bound (None: the engine gives none)
+    false_lower: bool | None  # its eps_lower above the engine's certified eps (None: it carries none)
+    label: str = ""  # the question and how it was answered (for the worst ones)
+
+    @property
+    def within(self) -> bool:  # within 2% of the engine's certified eps (absolutely, 2% of TINY, below TINY)
+        return self.excess <= 0.02 * (TINY if self.tiny else 1)
+
+
+def check(answer: dict[str, Any], upper: float, lower: float | None, target: str = "") -> Check:
+    eps, eps_lower, tiny = answer["eps"], answer.get("eps_lower"), upper < TINY
+    how = f"{target} -> {eps:.5g} ({answer.get('source')}, refined {refined(answer)}, slack {answer.get('slack')})"
+    return Check(eps - upper if tiny else eps / upper - 1, tiny, None if lower is None else eps < lower,
+                 None if eps_lower is None else eps_lower > upper, f"{how}, engine {upper:.5g}")
+
+
+def stratified(groups: dict[str, list], size: int, rng: random.Random) -> dict[str, list]:
+    """A sample of about ``size`` of the groups' items, each group in proportion (at least one of each)."""
+    total = max(1, sum(map(len, groups.values())))
+    return {k: rng.sample(v, min(len(v), max(1, round(size * len(v) / total)))) for k, v in groups.items() if v}
+
+
+def against_engine(checks: list[Check]) -> str:
+    """Where the engine's eps is below ``TINY`` a ratio says nothing (eps goes to 0; the chord between
+    grid deltas is far above it relatively, never absolutely): the largest absolute excess is given."""
+    ratios = sorted(c.excess for c in checks if not c.tiny)
+    tiny = [c.excess for c in checks if c.tiny]
+    lower = [c.below for c in checks if c.below is not None]
+    carried = [c.false_lower for c in checks if c.false_lower is not None]
+    text = f"within 2% of its certified eps {share(sum(c.within for c in checks), len(checks))}"
+    if ratios:
+        text += (f"; answer / certified eps - 1 (eps >= {TINY:g}): median {100 * quantile(ratios, 0.5):+.2f}%, "
+                 f"p90 {100 * quantile(ratios, 0.9):+.2f}%, max {100 * ratios[-1]:+.2f}%, min {100 * ratios[0]:+.2f}%")
+    if tiny:
+        text += f"; {len(tiny)} with eps < {TINY:g}, at most {max(tiny):.2g} above it"
+    return (f"{text}; below its certified lower bound: {sum(lower)} of {len(lower)}; eps_lower above its "
+            f"certified eps: {sum(carried)} of {len(carried)}")
+
+
+def in_range_report(answers: dict[str, list], sample: int) -> list[str]:
+    """The refined fraction of each in-range kind and all together, and a sample stratified by kind
+    against the engine's certified bounds at the same point (computed here, after the load)."""
     from tablegen.engine import eps_bounds
 
-    rng = random.Random(7)
-    ratios, excess, below, lower_checked = [], [0.0], 0, 0
-    for mechanism, params, point, answer in rng.sample(answers, min(sample, len(answers))):
-        bounds = eps_bounds(mechanism, eps0=point["eps0"], n=point["n"], delta=point["delta"], **params)
-        if bounds.upper >= TINY:
-            ratios.append(answer["eps"] / bounds.upper - 1)
-        else:
-            excess.append(answer["eps"] - bounds.upper)
-        if bounds.lower is not None:
-            lower_checked += 1
-            below += answer["eps"] < bounds.lower
-    ratios.sort()
-    return [f"- slack against the engine's certified eps on {len(ratios)} sampled answers with eps >= {TINY:g}: "
-            f"median {100 * ratios[len(ratios) // 2]:+.2f}%, max {100 * ratios[-1]:+.2f}%, min {100 * ratios[0]:+.2f}%;"
-            f" {len(excess) - 1} more with eps < {TINY:g}, at most {max(excess):.2g} above it; below the engine's "
-            f"certified lower bound: {below} of {lower_checked}"]
+    sampled = stratified(answers, sample, random.Random(7))
+    bounds: dict[str, Any] = {}  # the engine's, by question (the repeated ones are asked again and again)
+    checks = {}
+    for kind, rows in sampled.items():
+        for ask, answer, _ in rows:
+            mechanism, params, numbers = ask
+            key = eps_target(ask)
+            if key not in bounds:
+                bounds[key] = eps_bounds(mechanism, **numbers, **params)
+            checks.setdefault(kind, []).append(check(answer, bounds[key].upper, bounds[key].lower, key))
+    groups = {kind: (rows, checks.get(kind, [])) for kind, rows in answers.items() if rows}
+    if len(groups) > 1:
+        rows, checked = zip(*groups.values(), strict=True)  # each kind's answers, each kind's checks
+        groups["together"] = (sum(rows, []), sum(checked, []))
+    lines = []
+    for name, (rows, sampled_checks) in groups.items():
+        lines.append(f"- {name}: refined {share(sum(refined(a) for _, a, _ in rows), len(rows))}; against the "
+                     f"engine on {len(sampled_checks)} sampled: {against_engine(sampled_checks)}")
+    if answers.get("repeated"):
+        lines.append(askings(answers["repeated"]))
+    worst = sorted((c for c in sum(checks.values(), []) if not c.within), key=lambda c: c.excess)[-3:]
+    return lines + [f"- beyond 2%: {c.label}" for c in worst]
+
+
+def askings(rows: list[tuple[Ask, dict, int]]) -> str:
+    """The repeated questions refined at their first, second and later askings (in the order sent)."""
+    by_asking: dict[int, list[bool]] = defaultdict(list)
+    later: dict[str, list[bool]] = defaultdict(list)  # each question's answers from its second asking on
+    for ask, answer, asking in rows:
+        by_asking[min(asking, 3)].append(refined(answer))
+        if asking > 1:
+            later[eps_target(ask)].append(refined(answer))
+    first, second, third = (share(sum(by_asking[i]), len(by_asking[i])) for i in (1, 2, 3))
+    return (f"- repeated, refined at the first asking {first}, the second {second}, later {third}; questions "
+            f"refined at every asking from the second on: {sum(map(all, later.values()))} of {len(later)}")
 
 
 def load(args: argparse.Namespace) -> list[str]:
     from lookup.api import default_table
 
     table = default_table()
-    process, address = start_server([])
+    weights, mix = MIXES[args.mix]
+    process, address = start_server(shlex.split(args.server_args))
+    out: dict[str, Any] = {"status": Counter(), "times": defaultdict(list), "in_range": [], "asked": Counter(),
+                           "answers": {kind: [] for kind in weights}}
+    rss: list[tuple[float, float, list[float]]] = []  # seconds, the server's MB, its descendants' MB
+
+    def sample_rss(seconds: float) -> None:
+        workers = [mb for mb in map(rss_mb, descendants(process.pid)) if not math.isnan(mb)]
+        rss.append((seconds, rss_mb(process.pid), workers))
+
+    async def main() -> None:
+        start = time.monotonic()
+        until = start + args.duration
+        rngs = [random.Random(seed) for seed in range(args.clients)]
+        tasks = [asyncio.create_task(client(address, until, mix(table, rng, seed), rng, out))
+                 for seed, rng in enumerate(rngs)]
+        while time.monotonic() < until:
+            sample_rss(time.monotonic() - start)
+            await asyncio.sleep(1.0)
+        await asyncio.gather(*tasks)
+
     try:
-        out: dict[str, Any] = {"status": Counter(), "latency": [], "refined": Counter(), "answers": [],
-                               "slowest": [], "times": {}}
-        rss: list[tuple[float, float]] = []
-
-        async def main() -> None:
-            start = time.monotonic()
-            until = start + args.duration
-            tasks = [asyncio.create_task(client(address, seed, until, table, out)) for seed in range(args.clients)]
-            while time.monotonic() < until:
-                rss.append((time.monotonic() - start, rss_mb(process.pid)))
-                await asyncio.sleep(min(10.0, args.duration / 6))
-            await asyncio.gather(*tasks)
-
         asyncio.run(main())
-        rss.append((args.duration, rss_mb(process.pid)))
+        sample_rss(args.duration)
         with urllib.request.urlopen(f"http://{address}/metrics") as response:
-            kept = {line.split()[0]: line.split()[1] for line in response.read().decode().splitlines()
-                    if line.startswith(("lookup_slices", "lookup_slice_hits", "lookup_live_timeouts",
-                                        "lookup_background_timeouts"))}
+            metrics = [line for line in response.read().decode().splitlines() if not line.startswith("#")]
     finally:
         process.terminate()
         process.wait(60)
-    status = out["status"]
-    lines = [f"load: {args.clients} clients, {args.duration:g} s, 0.5-1.5 s between questions, 127.0.0.1, default "
-             f"table and settings (2 live workers, 1 background worker); load generator on the same shared 2-core "
-             "machine"]
-    for kind in ("inside", "live", "bad", "health"):
-        counts = ", ".join(f"{code}: {n}" for (k, code), n in sorted(status.items(), key=str) if k == kind)
-        lines.append(f"- {kind}: {counts}; {percentiles(out['times'].get(kind, []))}")
-    refined = out["refined"]
-    lines.append(f"- in-range latency: {percentiles(out['latency'])}")
-    slowest = sorted(out["slowest"])[-3:]
+    workers = next((line.split()[-1] for line in metrics if line.startswith("lookup_live_workers ")), "?")
+    lines = [f"load, mix {args.mix} ({', '.join(f'{100 * w:.0f}% {kind}' for kind, w in weights.items())}): "
+             f"{args.clients} clients, {args.duration:g} s, 0.5-1.5 s between questions, 127.0.0.1, default table "
+             f"and settings{f' + {args.server_args}' if args.server_args else ''} (live workers: {workers}); load "
+             "generator on the same shared 2-core machine"]
+    for kind in weights:
+        counts = ", ".join(f"{code}: {n}" for (k, code), n in sorted(out["status"].items(), key=str) if k == kind)
+        lines.append(f"- {kind}: {counts or 'none'}; {percentiles(out['times'][kind])}")
+    lines.append(f"- in-range latency: {percentiles([t for t, _, _ in out['in_range']])}")
+    slowest = sorted(out["in_range"])[-3:]
     lines.append("- slowest in-range: " + "; ".join(f"{1000 * t:.0f} ms {code} {url}" for t, code, url in slowest))
-    lines.append(f"- refined (slice, refinement or within max_slack): {refined[True]} of "
-                 f"{refined[True] + refined[False]} ({100 * refined[True] / max(1, sum(refined.values())):.1f}%)")
-    lines.append("- at the end: " + ", ".join(f"{k} {v}" for k, v in kept.items()))
-    lines.append("- server RSS (MB) at " + ", ".join(f"{t:.0f} s: {m:.0f}" for t, m in rss))
-    return [*lines, *against_live(out["answers"], args.sample)]
+    lines += in_range_report(out["answers"], args.sample)
+    lines.append("- /metrics at the end:" + "".join(f"\n  {line}" for line in metrics if line.startswith(METRICS)))
+    every = max(1, round(min(10.0, args.duration / 6)))  # seconds between the RSS figures shown
+    lines.append("- server RSS (MB) at " + ", ".join(f"{t:.0f} s: {mb:.0f}" for t, mb, _ in [*rss[:-1:every], rss[-1]]))
+    largest = max(max(w, default=0) for _, _, w in rss)
+    lines.append(f"- worker processes (the server's descendants), at most over the run (sampled each second): "
+                 f"{max(len(w) for _, _, w in rss)} processes, the largest {largest:.0f} MB, all together "
+                 f"{max(sum(w) for _, _, w in rss):.0f} MB")
+    return lines
 
 
 async def slow_clients(address: str, probes: int) -> tuple[Counter, list[float], int]:
@@ -270,7 +454,7 @@ async def slow_clients(address: str, probes: int) -> tuple[Counter, list[float],
 
 
 def slow(args: argparse.Namespace) -> list[str]:
-    process, address = start_server([])
+    process, address = start_server(shlex.split(args.server_args))
     try:
         status, times, closed = asyncio.run(slow_clients(address, args.probes))
     finally:
@@ -286,14 +470,16 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench service", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--load", action="store_true", help="run the load and slow-client parts")
+    p.add_argument("--mix", choices=list(MIXES), default="issue47", help="the load's questions (see above)")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=float, default=120.0, help="seconds of load")
-    p.add_argument("--sample", type=int, default=40, help="answers compared with the engine afterwards")
+    p.add_argument("--sample", type=int, default=200, help="in-range answers compared with the engine afterwards")
     p.add_argument("--probes", type=int, default=400, help="probe questions during the slow-client part")
-    p.add_argument("--quick", action="store_true", help="8 clients for 15 s, 10 sampled, 100 probes")
+    p.add_argument("--server-args", default="", help='more flags for lookup serve, e.g. "--live-workers 1"')
+    p.add_argument("--quick", action="store_true", help="8 clients for 15 s, 20 sampled, 100 probes")
     args = p.parse_args(argv)
     if args.quick:
-        args.clients, args.duration, args.sample, args.probes = 8, 15.0, 10, 100
+        args.clients, args.duration, args.sample, args.probes = 8, 15.0, 20, 100
     if not args.load:
         p.error("say --load (the only part)")
     print("\n".join(load(args)), flush=True)

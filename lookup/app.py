@@ -11,9 +11,10 @@ Answers are the JSON of ``lookup ... --json``.  Each request is validated in the
 (400 naming the parameter), then answered from the table there (``live=False``: microseconds).
 A table answer within ``max_slack`` is sent at once.  One above it is never refused
 (``Refiner``): read from its eps0 slice where one is kept (``lookup/slices.py``), else refined
-in a background worker for at most ``refine_budget`` seconds, else sent as the table's certified
-answer labelled ``"refined": false`` while the work goes on.  Questions only the engine can
-answer go to ``live_workers`` worker processes (``lookup/pool.py``: pebble, each task timed from
+in a refinement worker (reserved for refinements, the highest CPU priority of the workers) for at
+most ``refine_budget`` seconds, else sent as the table's certified answer labelled
+``"refined": false`` while the work goes on.  Questions only the engine can answer, and rounds,
+go to ``live_workers`` worker processes (``lookup/pool.py``: pebble, each task timed from
 its start and ended alone past ``live_timeout``) through a bounded queue (``queue`` admitted;
 beyond it a 503 with ``Retry-After``).  Answers are kept in LRU caches keyed by the canonical
 query, the table and the engine version.  The server computes nothing itself: every number is
@@ -29,13 +30,13 @@ import collections
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import operator
 import os
 import re
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib.util import find_spec
 from typing import Any
 from urllib.parse import parse_qsl
@@ -51,7 +52,7 @@ from lookup import slices
 from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack, parse_number
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
-from lookup.pool import LRU, Busy, Pool, worker_table
+from lookup.pool import LRU, REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
 from lookup.refine import where
 from lookup.table import Table, TableError, open_table
 
@@ -68,7 +69,9 @@ ENDPOINTS = {
 ENDPOINT_VALUE = {"eps": "eps", "delta": "delta", "eps0_max": "eps0"}  # the answer's key of each kind
 PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/metrics", "/openapi.json"]
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+SLACK_BUCKETS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # an answer's slack estimate
 TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes for a given table
+LOG = logging.getLogger("lookup.app")  # server faults (500s), each with its request and traceback
 
 
 @dataclass(frozen=True)
@@ -76,24 +79,34 @@ class Settings:
     """What the application is built from (the server's own limits are uvicorn's: lookup/serve.py)."""
 
     table: str | None = None  # table store (None: the shipped table)
-    live_workers: int = 2  # worker processes computing live answers
+    live_workers: int = field(default_factory=lambda: default_live_workers())  # live answers and rounds
     queue: int = 8  # live tasks admitted at once, running or waiting (more: 503 + Retry-After)
     live_timeout: float = 30.0  # seconds of run time a live task may take (more: 503 for it alone)
     memory_mb: int = 4096  # address-space limit of each worker process (0: none)
     cache_size: int = 4096  # live answers kept (LRU)
     retry_after: int = 5  # seconds, the Retry-After of a 503
-    refine_budget: float = 0.02  # seconds a table answer waits for its refinement (then: "refined": false)
+    refine_budget: float = 0.03  # seconds a table answer waits for its refinement (then: "refined": false)
     slice_cache: int = 64  # eps0 slices kept (LRU, lookup/slices.py; 0: none computed)
     slice_timeout: float = 120.0  # seconds of run time an eps0 slice may take
-    background_workers: int = 1  # worker processes refining table answers and computing eps0 slices
+    background_workers: int = 1  # worker processes computing eps0 slices (lowest priority)
+    refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
+    refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
 
     def check(self) -> Settings:
-        if self.live_workers < 1 or self.queue < 1 or not self.live_timeout > 0 or self.cache_size < 0 \
+        if min(self.live_workers, self.queue, self.background_workers, self.refine_workers, self.refine_queue) < 1 \
+                or not self.live_timeout > 0 or self.cache_size < 0 \
                 or self.memory_mb < 0 or self.retry_after < 0 or not self.refine_budget >= 0 \
-                or self.slice_cache < 0 or not self.slice_timeout > 0 or self.background_workers < 1:
-            raise ValueError("live_workers, background_workers and queue must be >= 1, live_timeout and "
-                             "slice_timeout > 0, memory_mb, cache_size, retry_after, refine_budget, slice_cache >= 0")
+                or self.slice_cache < 0 or not self.slice_timeout > 0:
+            raise ValueError("live_workers, background_workers, refine_workers, refine_queue and queue must be >= 1, "
+                             "live_timeout and slice_timeout > 0, memory_mb, cache_size, retry_after, refine_budget, "
+                             "slice_cache >= 0")
         return self
+
+
+def default_live_workers() -> int:
+    """Live work (live answers, rounds) takes at most all cores but one: the event loop and the
+    refinements' worker keep one (2 cores: 1 live worker)."""
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 class Refused(ValueError):
@@ -106,9 +119,12 @@ class Refused(ValueError):
 
 # ---------------------------------------------------------------- worker tasks
 
-def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> dict[str, Any]:
-    """The library's answer with live computation on (runs in a worker process)."""
-    answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs)
+def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
+                   quick: bool = False) -> dict[str, Any]:
+    """The library's answer with live computation on (runs in a worker process); ``quick``: an eps
+    refinement without the lower bound proved near it (``lookup.eps(prove_lower=False)``)."""
+    extra = {"prove_lower": False} if quick else {}
+    answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs, **extra)
     body = json_ready(kind, answer)
     return {**body, "refuted": answer.refuted} if answer.refuted else body  # for Refiner.improve, never sent
 
@@ -122,20 +138,48 @@ def _worker_composed(mechanism: str, kwargs: dict[str, Any], composition: dict[s
     return {**body, **({"sample_rate": composition["sample_rate"]} if "sample_rate" in composition else {})}
 
 
+def _worker_warm() -> int:
+    """One refinement per row of the worker's table, at an off-grid point between the middle grid
+    points of its axes (run once in each refinement worker at start: the engine's first
+    evaluations of a mechanism cost 10-200 ms of set-up that no client's refinement should wait
+    for); the number of rows warmed."""
+    table = worker_table()
+    if table is None or not live_engine.available():
+        return 0
+    eps0, n, delta = (math.sqrt(axis[len(axis) // 2] * axis[len(axis) // 2 - 1])
+                      for axis in (table.eps0, table.n, table.delta))
+    warmed = 0
+    for family, params in zip(table.families, table.params, strict=True):
+        with contextlib.suppress(ValueError, ArithmeticError):
+            lookup.eps(family, eps0=eps0, n=round(n), delta=delta, table=table, live=True, max_slack=0.0, **params)
+            warmed += 1
+    return warmed
+
+
 # ---------------------------------------------------------------- refinement that never waits
 
 class Refiner:
     """Table answers whose slack estimate is above ``max_slack``, made better without making
     anyone wait: an eps question is read from its eps0 slice when one is kept
-    (``lookup/slices.py``; the first question at an eps0 starts its computation in a worker),
-    else the library's refinement is started in a worker and waited for ``refine_budget``
-    seconds.  Whatever is not ready by then, or finds no free place, is answered from the table
-    at once, certified, with its slack estimate and ``"refined": false``; the refinement goes on
-    and its answer is kept for the next question."""
+    (``lookup/slices.py``; the second question at an eps0 starts its computation in a slice
+    worker: an eps0 asked once, as random questions are, is not worth seconds of a core), else
+    the library's refinement is started in ``pool``, the workers reserved for refinements (one
+    certification, a few milliseconds: never behind live work or a slice), and waited for
+    ``refine_budget`` seconds.  Whatever is not ready by then, or finds no free place, is
+    answered from the table at once, certified, with its slack estimate and ``"refined": false``;
+    the refinement goes on and its answer is kept for the next asking of the same question.
 
-    def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str) -> None:
+    An eps question's first refinement is quick: the certified eps alone, beside the table's lower
+    bound (or none), one engine evaluation fewer (``_worker_answer(..., quick=True)``); its second
+    asking is answered from it and starts the full refinement (the engine's lower bound proved
+    near the eps), which answers from then on.  A question asked once costs no lower-bound proof."""
+
+    def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str,
+                 slice_pool: Pool | None = None) -> None:
         self.settings, self.pool, self.table, self.prefix = settings, pool, table, prefix
+        self.slice_pool = slice_pool or pool
         self.slices = LRU(settings.slice_cache)  # eps0 slices
+        self.asked = LRU(4096)  # eps0 slices asked for once (started at the second asking)
         self.failed: set[str] = set()  # slices the engine refused (not tried again)
         self.axes: tuple[list[int], list[float]] | None = None
 
@@ -146,17 +190,22 @@ class Refiner:
     async def improve(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
                       body: dict[str, Any]) -> dict[str, Any]:
         key = self.key(kind, mechanism, kwargs, max_slack)
+        quick = kind == "eps"
         refined = self.pool.cached(key)
-        if kind == "eps" and refined is None:
+        if quick and refined is None:
+            refined = self.pool.cached(key + " quick")
+            if refined is not None:  # asked again: the full refinement (its lower bound), for later askings
+                with contextlib.suppress(Busy):
+                    self.pool.submit(key, "background", self.settings.live_timeout, _worker_answer, kind, mechanism,
+                                     kwargs, max_slack)
+        if quick and refined is None:
             body = self.from_slice(mechanism, kwargs, body)
             if not _loose(body, max_slack):
                 return body
-            if self.slice_key(mechanism, kwargs) in self.pool.inflight:  # it will answer this eps0: no
-                return {**body, "refined": False}  # worker spent on a question unlikely to come again
         if refined is None:
             try:
-                future = self.pool.submit(key, "background", self.settings.live_timeout, _worker_answer, kind,
-                                          mechanism, kwargs, max_slack)
+                future = self.pool.submit(key + " quick" if quick else key, "background", self.settings.live_timeout,
+                                          _worker_answer, kind, mechanism, kwargs, max_slack, quick)
             except Busy:
                 return {**body, "refined": False}
             done, _ = await asyncio.wait({future}, timeout=self.settings.refine_budget)
@@ -182,7 +231,10 @@ class Refiner:
         found = self.slices.get(key) if self.settings.slice_cache else None
         if found is None:
             if self.settings.slice_cache and self.table.eps0[0] <= kwargs["eps0"] <= self.table.eps0[-1]:
-                self.start_slice(key, mechanism, params, kwargs["eps0"])
+                if self.asked.get(key) is None:
+                    self.asked.put(key, True)
+                else:
+                    self.start_slice(key, mechanism, params, kwargs["eps0"])
             return body
         read = found.answer(kwargs["n"], kwargs["delta"])
         if read is None or (body is not None and read[0] >= body["eps"]):
@@ -201,8 +253,8 @@ class Refiner:
         return json.dumps(["slice", self.prefix, mechanism, canonical(params), kwargs["eps0"]])
 
     def start_slice(self, key: str, mechanism: str, params: dict[str, Any], eps0: float) -> None:
-        """The slice ``key`` computed in a worker if a background place is free."""
-        if key in self.failed or key in self.pool.inflight or not self.pool.has_room("background"):
+        """The slice ``key`` computed in a slice worker if a place is free."""
+        if key in self.failed or key in self.slice_pool.inflight or not self.slice_pool.has_room("background"):
             return
         if self.axes is None:
             self.axes = slices.axes(self.table)
@@ -216,8 +268,8 @@ class Refiner:
             else:
                 self.slices.put(key, slices.Slice(eps0, ns, deltas, future.result()))
 
-        future = self.pool.submit(key, "background", self.settings.slice_timeout, slices.compute, mechanism, params,
-                                  eps0, ns, deltas, keep=False)
+        future = self.slice_pool.submit(key, "background", self.settings.slice_timeout, slices.compute, mechanism,
+                                        params, eps0, ns, deltas, keep=False)
         future.add_done_callback(done)
 
     def check(self, kind: str, mechanism: str, kwargs: dict[str, Any], upper: dict[str, Any], lower: Any,
@@ -252,37 +304,50 @@ class Metrics:
         self.requests: collections.Counter[tuple[str, int, str]] = collections.Counter()
         self.latency: dict[str, list[int]] = {}
         self.latency_sum: collections.Counter[str] = collections.Counter()
+        self.server_errors = 0  # requests answered 500: an unexpected exception in the server
+        self.slack: dict[str, list[int]] = {}  # table-route eps answers' slack, by refined or not
+        self.slack_sum: collections.Counter[str] = collections.Counter()
 
     def observe(self, endpoint: str, status: int, source: str, seconds: float) -> None:
         self.requests[endpoint, status, source] += 1
-        counts = self.latency.setdefault(source, [0] * (len(BUCKETS) + 1))
-        for i, bound in enumerate(BUCKETS):
-            if seconds <= bound:
-                counts[i] += 1
-                break
-        else:
-            counts[-1] += 1
+        _count(self.latency.setdefault(source, [0] * (len(BUCKETS) + 1)), BUCKETS, seconds)
         self.latency_sum[source] += seconds
 
-    def text(self, live: Pool, background: Pool, sliced: LRU) -> str:
+    def answered(self, body: dict[str, Any]) -> None:
+        """An eps answer of the table's route: its slack estimate (unknown: +Inf) in the histogram
+        of refined or unrefined answers (``"refined": false``)."""
+        label = "unrefined" if body.get("refined") is False else "refined"
+        slack = body.get("slack")
+        slack = math.inf if slack is None or not math.isfinite(slack) else max(slack, 0.0)
+        _count(self.slack.setdefault(label, [0] * (len(SLACK_BUCKETS) + 1)), SLACK_BUCKETS, slack)
+        self.slack_sum[label] += slack if math.isfinite(slack) else 0.0
+
+    def text(self, pools: dict[str, Pool], sliced: LRU) -> str:
         lines = ["# HELP lookup_requests_total HTTP requests by endpoint, status and source of the answer.",
                  "# TYPE lookup_requests_total counter"]
         for (endpoint, status, source), count in sorted(self.requests.items()):
             lines.append(f'lookup_requests_total{{endpoint="{endpoint}",status="{status}",source="{source}"}} {count}')
-        lines += ["# HELP lookup_request_seconds Time to answer a request, by source of the answer.",
-                  "# TYPE lookup_request_seconds histogram"]
-        for source, counts in sorted(self.latency.items()):
-            total = 0
-            for bound, count in zip([*map(repr, BUCKETS), "+Inf"], counts, strict=True):
-                total += count
-                lines.append(f'lookup_request_seconds_bucket{{source="{source}",le="{bound}"}} {total}')
-            lines.append(f'lookup_request_seconds_sum{{source="{source}"}} {self.latency_sum[source]!r}')
-            lines.append(f'lookup_request_seconds_count{{source="{source}"}} {total}')
-        gauges = [("lookup_live_queue", "Live tasks admitted (running or waiting).", "gauge", live.admitted["answer"]),
+        lines += _histogram("lookup_request_seconds", "Time to answer a request, by source of the answer.", "source",
+                            BUCKETS, self.latency, self.latency_sum)
+        lines += _histogram("lookup_answer_slack", "Slack estimate of eps answers from the table's route (refined: "
+                            "within max_slack, from a slice or a refinement; unrefined: the table's while its "
+                            "refinement runs).", "refined", SLACK_BUCKETS, self.slack, self.slack_sum)
+        counts = {label: sum(c) for label, c in self.slack.items()}
+        fraction = counts.get("refined", 0) / max(1, sum(counts.values()))
+        live, refining, background = pools["live"], pools["refine"], pools["slice"]
+        gauges = [("lookup_refined_fraction", "Share of the table route's eps answers that were refined.", "gauge",
+                   fraction),
+                  ("lookup_live_queue", "Live tasks admitted (running or waiting).", "gauge", live.admitted["answer"]),
                   ("lookup_live_queue_limit", "Live tasks admitted at most.", "gauge", live.queue),
-                  ("lookup_background_tasks", "Refinements and eps0 slices admitted.", "gauge",
-                   background.admitted["background"]),
-                  ("lookup_background_timeouts_total", "Refinements and slices ended past their time limit.",
+                  ("lookup_refine_queue", "Refinements admitted (running or waiting).", "gauge",
+                   refining.admitted["background"]),
+                  ("lookup_refine_queue_limit", "Refinements admitted at most.", "gauge", refining.background),
+                  ("lookup_refine_timeouts_total", "Refinements ended past their time limit.", "counter",
+                   refining.counts["timeouts"]),
+                  ("lookup_refine_cache_hits_total", "Refinements answered from the cache (asked before).",
+                   "counter", refining.cache.hits),
+                  ("lookup_background_tasks", "eps0 slices admitted.", "gauge", background.admitted["background"]),
+                  ("lookup_background_timeouts_total", "eps0 slices ended past their time limit.",
                    "counter", background.counts["timeouts"]),
                   ("lookup_live_workers", "Worker processes of the live pool.", "gauge", live.workers),
                   ("lookup_live_cache_entries", "Live answers in the LRU cache.", "gauge", len(live.cache)),
@@ -293,10 +358,31 @@ class Metrics:
                   ("lookup_live_worker_deaths_total", "Tasks whose worker died (memory limit, crash).", "counter",
                    live.counts["deaths"]),
                   ("lookup_slices", "eps0 slices kept.", "gauge", len(sliced)),
-                  ("lookup_slice_hits_total", "Answers read from an eps0 slice.", "counter", sliced.hits)]
+                  ("lookup_slice_hits_total", "Answers read from an eps0 slice.", "counter", sliced.hits),
+                  ("lookup_server_errors_total", "Requests answered 500: an unexpected exception in the server "
+                   "(logged with the request and its traceback).", "counter", self.server_errors)]
         for name, help_text, kind, value in gauges:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
         return "\n".join(lines) + "\n"
+
+
+def _count(counts: list[int], buckets: tuple[float, ...], value: float) -> None:
+    """One observation in a histogram's non-cumulative counts (the last: above every bucket)."""
+    counts[next((i for i, bound in enumerate(buckets) if value <= bound), len(buckets))] += 1
+
+
+def _histogram(name: str, help_text: str, label: str, buckets: tuple[float, ...], counts: dict[str, list[int]],
+               sums: collections.Counter[str]) -> list[str]:
+    """A Prometheus histogram of ``counts`` (one series per label value)."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for value, series in sorted(counts.items()):
+        total = 0
+        for bound, count in zip([*map(repr, buckets), "+Inf"], series, strict=True):
+            total += count
+            lines.append(f'{name}_bucket{{{label}="{value}",le="{bound}"}} {total}')
+        lines.append(f'{name}_sum{{{label}="{value}"}} {sums[value]!r}')
+        lines.append(f'{name}_count{{{label}="{value}"}} {total}')
+    return lines
 
 
 # ---------------------------------------------------------------- the application
@@ -312,9 +398,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
                                                    ).hexdigest()[:16]
     engine_version = _engine_version()
     live = Pool(settings.live_workers, settings.queue, 0, settings.cache_size, settings.table, settings.memory_mb)
-    background = Pool(settings.background_workers, 0, settings.background_workers, settings.cache_size,
-                      settings.table, settings.memory_mb)
-    refiner = Refiner(settings, background, table, f"{table_tag}/{engine_version}")
+    refining = Pool(settings.refine_workers, 0, settings.refine_queue, settings.cache_size, settings.table,
+                    settings.memory_mb, REFINE_NICE, _worker_warm)
+    background = Pool(settings.background_workers, 0, settings.background_workers, 0, settings.table,
+                      settings.memory_mb, SLICE_NICE)
+    pools = {"live": live, "refine": refining, "slice": background}
+    refiner = Refiner(settings, refining, table, f"{table_tag}/{engine_version}", background)
     metrics = Metrics()
     validate = _mechanism_validator()
     composable = live_engine.available() and find_spec("dp_accounting") is not None
@@ -325,6 +414,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         return respond(status, {"error": message}, headers)
+
+    def improved(kind: str, body: dict[str, Any]) -> Response:
+        """A table-route answer that may still improve (eps: counted in the slack histogram)."""
+        if kind == "eps":
+            metrics.answered(body)
+        return respond(200, body, {"Cache-Control": "no-cache"})
 
     async def query(request: Request) -> tuple[Response, str]:
         kind, required = ENDPOINTS[request.url.path]
@@ -359,18 +454,20 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 raise lacking
             sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" else None
             if sliced is not None:  # e.g. OLH with its default g between grid eps0: the slice at eps0
-                return respond(200, sliced, {"Cache-Control": "no-cache"}), "slice"
+                return improved(kind, sliced), "slice"
             bound = _generic_bound(kind, mechanism, kwargs, table)
             if bound is not None:
                 body = await refiner.improve(kind, mechanism, kwargs, max_slack, bound)
-                return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+                return improved(kind, body), _source(body)
             body = await live.result(refiner.key(kind, mechanism, kwargs, max_slack), "answer", settings.live_timeout,
                                      _worker_answer, kind, mechanism, kwargs, max_slack)
             return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
         body = json_ready(kind, result)
         if allow_live and live_engine.available() and _loose(body, max_slack):
             body = await refiner.improve(kind, mechanism, kwargs, max_slack, body)
-            return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+            return improved(kind, body), _source(body)
+        if kind == "eps":
+            metrics.answered(body)
         data = json.dumps(finite(body)).encode()
         etag = f'"{hashlib.sha256(table_tag.encode() + data).hexdigest()[:32]}"'
         headers = {"ETag": etag, "Cache-Control": TABLE_CACHE_CONTROL}
@@ -393,13 +490,21 @@ def create_app(settings: Settings | None = None) -> Starlette:
             source = "busy"
         except Refused as err:
             response = error(err.status, str(err), err.headers)
-        except (ValueError, TableError) as err:
+        except (ValueError, TableError) as err:  # the validation's own errors (TableError, Refused among them)
             response = error(400, _named(str(err), request))
-        except Exception as err:  # noqa: BLE001 - no request may take the server down
-            print(f"lookup serve: unexpected {type(err).__name__}: {err}", file=sys.stderr)
-            response = error(400, _named("", request))
+        except Exception as err:  # noqa: BLE001 - no request may take the server down: a fault of ours, a 500
+            response = server_fault(err, request)
         metrics.observe(endpoint, response.status_code, source, time.perf_counter() - start)
         return response
+
+    def server_fault(err: Exception, request: Request) -> Response:
+        """A JSON 500 for an unexpected exception, logged with the request and its traceback, counted."""
+        metrics.server_errors += 1
+        query = request.scope["query_string"].decode("latin-1")
+        LOG.error("lookup serve: unexpected %s answering %s %s%s", type(err).__name__, request.method,
+                  request.url.path, f"?{query}" if query else "", exc_info=err)
+        return error(500, f"internal server error ({type(err).__name__}): a fault of the server, not of the "
+                          "request; it is logged")
 
     async def _dispatch(request: Request) -> tuple[Response, str]:
         path = request.url.path
@@ -423,23 +528,23 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return respond(200, openapi()), "info"
         if path == "/healthz":
             ok = live.pool is not None
-            ready = live.ready() and background.ready()
+            ready = all(pool.ready() for pool in pools.values())
             return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "workers_ready": ready,
                                                 "live_queue": live.admitted["answer"],
                                                 "queue_limit": settings.queue}), "health"
-        text = metrics.text(live, background, refiner.slices)
+        text = metrics.text(pools, refiner.slices)
         return Response(text, 200, media_type="text/plain; version=0.0.4"), "metrics"
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         _warm(table)
-        live.start()
-        background.start()
+        for pool in pools.values():
+            pool.start()
         try:
             yield
         finally:
-            live.stop()
-            background.stop()
+            for pool in pools.values():
+                pool.stop()
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 
@@ -511,6 +616,7 @@ def openapi() -> dict[str, Any]:
     refusals = {"400": json_body(ERROR, "bad request: the message names the parameter"),
                 "405": json_body(ERROR, "read-only: GET and HEAD only", {"Allow": {"schema": {"type": "string"}}}),
                 "413": json_body(ERROR, "a request with a body"), "414": json_body(ERROR, "URL over 2048 characters"),
+                "500": json_body(ERROR, "a fault of the server (logged, counted in /metrics), not of the request"),
                 "default": json_body(ERROR, "404: unknown path")}
     paths = {}
     for path, (kind, required) in ENDPOINTS.items():
@@ -624,7 +730,10 @@ def _generic_bound(kind: str, mechanism: str, kwargs: dict[str, Any], table: Tab
     """The table's answer for the generic row (every eps0-LDP randomizer: the standard clone of
     arXiv:2012.12803, Theorem 3.2) for a pure eps0-LDP ``mechanism`` whose own row cannot answer
     (OLH with its default g between grid eps0): certified for it too, looser; None where the
-    table has no such answer.  Labelled ``"via": "generic"``."""
+    table has no such answer.  Labelled ``"via": "generic"``.  Its lower bound is dropped (null):
+    it bounds the generic clone's exact value, not ``mechanism``'s, which is often far below it
+    (OLH eps0 3.977 n 7209 delta 5.68e-6: the generic lower bound 0.323, OLH's certified eps
+    0.293); a refinement by the engine for ``mechanism`` itself publishes its own."""
     if mechanism not in PURE_LDP:
         return None
     numbers = {k: v for k, v in kwargs.items() if k not in HELP}
@@ -632,7 +741,8 @@ def _generic_bound(kind: str, mechanism: str, kwargs: dict[str, Any], table: Tab
         answer = getattr(lookup, kind)("generic", table=table, live=False, max_slack=None, **numbers)
     except TableError:
         return None
-    return {**json_ready(kind, answer), "slack": None, "via": "generic"}
+    lower = KEYS[kind][1]
+    return {**json_ready(kind, answer), **({lower: None} if lower else {}), "slack": None, "via": "generic"}
 
 
 def _loose(body: dict[str, Any], max_slack: float | None) -> bool:

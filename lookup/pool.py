@@ -10,9 +10,11 @@ task ever fails because of another one, and a full queue is refused before anyth
 Two kinds of work, each admitted up to its own count: *answers* (live questions only the engine
 can answer, a client waiting for each; at most ``queue``) and *background* work (refinements and
 eps0 slices, ``lookup/slices.py``, that improve table answers already given; at most
-``background``, skipped rather than queued beyond it).  The service gives each kind a pool of
-its own, so that neither starves the other.  Identical tasks in flight share one future;
-finished results are kept in an LRU cache keyed by the caller's key.
+``background``, skipped rather than queued beyond it).  The service gives each kind of work a
+pool of its own (live answers and rounds; refinements, a few milliseconds each; eps0 slices,
+seconds each), so that none waits behind another, and a CPU priority of its own (``nice``: a
+refinement's worker before live work, live work before slices).  Identical tasks in flight
+share one future; finished results are kept in an LRU cache keyed by the caller's key.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import Any
 from lookup.table import Table, open_table
 
 _WORKER_TABLE: Table | None = None
-NICE = 10  # added to a worker's niceness
+NICE = 10  # added to a live worker's niceness (the event loop's is 0)
+REFINE_NICE = 2  # a refinement's worker: just below the event loop, well above live work
+SLICE_NICE = 15  # an eps0 slice's worker: below live work
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one core per worker
 
 
@@ -35,12 +39,12 @@ class Busy(Exception):
     """Live work refused or abandoned: answered 503 with Retry-After."""
 
 
-def worker_start(table: str | None, memory_mb: int) -> None:
-    """A worker process: a lower CPU priority than the server's event loop (``NICE``: table
+def worker_start(table: str | None, memory_mb: int, nice: int = NICE) -> None:
+    """A worker process: a lower CPU priority than the server's event loop (``nice``: table
     answers and refusals never wait behind an engine computation for the CPU), an address-space
     limit, the table opened once."""
     global _WORKER_TABLE
-    os.nice(NICE)
+    os.nice(nice)
     if memory_mb:
         import resource
 
@@ -90,9 +94,9 @@ class Pool:
     """pebble's ProcessPool with admission counts, shared in-flight tasks and an LRU of results."""
 
     def __init__(self, workers: int, queue: int, background: int, cache_size: int, table: str | None,
-                 memory_mb: int) -> None:
+                 memory_mb: int, nice: int = NICE, warm: Callable[[], Any] | None = None) -> None:
         self.workers, self.queue, self.background = workers, queue, background
-        self.table, self.memory_mb = table, memory_mb
+        self.table, self.memory_mb, self.nice, self.warm = table, memory_mb, nice, warm
         self.pool: Any = None
         self.started: list[Any] = []
         self.admitted = {"answer": 0, "background": 0}
@@ -107,10 +111,13 @@ class Pool:
 
         for name, value in THREADS.items():  # read by numpy's libraries when a (spawned) worker imports them
             os.environ.setdefault(name, value)
-        self.pool = ProcessPool(self.workers, initializer=worker_start, initargs=(self.table, self.memory_mb),
+        self.pool = ProcessPool(self.workers, initializer=worker_start,
+                                initargs=(self.table, self.memory_mb, self.nice),
                                 context=multiprocessing.get_context("spawn"))
         # start the workers now, not on the first live query
         self.started = [self.pool.schedule(_ready) for _ in range(self.workers)]
+        if self.warm is not None:  # then the engine's set-up, before the first question needs it (ready after)
+            self.started += [self.pool.schedule(self.warm) for _ in range(self.workers)]
 
     def ready(self) -> bool:
         """Whether the workers have started (each answered a first task)."""

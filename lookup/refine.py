@@ -8,9 +8,12 @@ certified, the engine's own search could not go below it, and the candidates low
 low (1 + s)^2 are checked in turn: the first one certified is published, with source
 ``"certified estimate"`` and slack s (its ratio to an eps the engine refused).  It is certified
 by the engine's check itself; the raw estimate is never published.  If low IS certified (the
-estimate was too high), or neither candidate is, the engine's full certified search answers
-(``"live"``).  The answer is never above the table's certified value (both are certified; the
-smaller is kept: a table value within the bracket is kept with its measured slack), and when
+estimate was too high), the candidates low / (1 + s), low / (1 + s)^2 are checked in turn: at the
+first one NOT certified, the last certified one is published, with slack s (again its ratio to an
+eps the engine refused).  If no candidate settles it either way, the engine's full certified
+search answers (``"live"``: about six evaluations, against one or two).  The answer is never
+above the table's certified value (both are certified; the smaller is kept: a table value within
+the bracket is kept with its measured slack), and when
 the engine cannot answer the table value stands.  eps0_max is the mirror image (brackets from
 above, the larger certified eps0 kept); delta needs no estimate: the engine's certified delta is
 itself one evaluation.
@@ -78,6 +81,12 @@ def eps(mechanism: str, point: dict[str, float], params: dict[str, Any], table: 
                     return _checked(mechanism, point, params, table, table / low - 1)
                 if certified(candidate):
                     return candidate, candidate / low - 1, CERTIFIED
+                low = candidate
+        elif low < table:  # certified: the estimate was high; down until the engine refuses
+            for _ in range(TIERS):
+                candidate = low / (1 + step)
+                if not certified(candidate):
+                    return low, low / candidate - 1, CERTIFIED
                 low = candidate
         found = live.eps_upper(mechanism, point, params)
     except ValueError:  # the engine cannot answer: the table's certified value stands (if any)

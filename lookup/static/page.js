@@ -191,8 +191,11 @@
       "its slack, given at once while the server refines it; ask again in a moment for a tighter value." : "";
     const composed = body.rounds ? ` Composed over ${body.rounds} rounds` + (body.sample_rate ? ", each user " +
       `taking part with probability ${body.sample_rate}` : "") + " (privacy-loss distributions, dp-accounting)." : "";
+    const via = body.via ? ` Via ${body.via}: the ${body.via} row's certified answer (it holds for every ` +
+      `eps0-LDP randomizer), the table having none for ${mechanism} here; its lower bound is not one for ` +
+      `${mechanism}, so none is given.` : "";
     document.getElementById("note").textContent = note + " Source " + body.source + ": " +
-      (SOURCES[body.source] || "composition of rounds") + "." + composed + pending;
+      (SOURCES[body.source] || "composition of rounds") + "." + via + composed + pending;
     const link = document.getElementById("api-link");
     link.href = url;
     link.textContent = "/" + url;

@@ -354,8 +354,12 @@ def test_a_refinement_refutes_a_table_lower_bound_above_the_engines_certified_ep
 def test_a_genuine_table_kept_by_a_refinement_is_not_refuted(table_path: Path) -> None:
     genuine = lookup.open_table(table_path)
     for eps0, n, delta in [(1.5, 50, 1e-6), (0.8, 30, 1e-8), (3.0, 90, 1e-4)]:
-        lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=genuine, max_slack=0.0)
+        assert lookup.eps("krr", k=3, eps0=eps0, n=n, delta=delta, table=genuine, max_slack=0.0).refuted is None
     assert genuine.certified
+    for source in ("table", "live"):  # nothing refuted: None, whatever answered
+        a = lookup.eps("krr", k=3, eps0=1.5 if source == "table" else 9.0, n=50, delta=1e-6, table=genuine,
+                       max_slack=None)
+        assert a.source == source and a.refuted is None
 
 
 def test_a_delta_refinement_refutes_a_table_delta_below_the_exact_delta(table_path: Path) -> None:
@@ -386,8 +390,8 @@ def test_an_eps0_max_refinement_refutes_a_table_eps0_whose_exact_eps_is_above_th
 def test_delta_and_eps0_max_refinements_keep_a_genuine_table(table_path: Path) -> None:
     genuine = lookup.open_table(table_path)
     for eps0, n, x in [(1.5, 50, 1.0), (0.8, 30, 0.5), (3.0, 70, 1.5)]:
-        assert not lookup.delta("krr", k=3, eps0=eps0, n=n, eps=x, table=genuine, max_slack=0.0).refuted
-        assert not lookup.eps0_max("krr", k=3, eps=x, n=n, delta=1e-6, table=genuine, max_slack=0.0).refuted
+        assert lookup.delta("krr", k=3, eps0=eps0, n=n, eps=x, table=genuine, max_slack=0.0).refuted is None
+        assert lookup.eps0_max("krr", k=3, eps=x, n=n, delta=1e-6, table=genuine, max_slack=0.0).refuted is None
     assert genuine.certified
 
 
@@ -424,3 +428,24 @@ def test_a_delta_refinement_publishes_the_engines_lower_bound_where_larger(table
         assert table.source == "table" and a.lower > table.lower and a.lower <= a.value
         assert a.lower <= exact_delta(*krr_upper_law(eps0, eps, 3), n) * (1 + 1e-9)
         assert a.lower >= 0.5 * max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, eps, 3))  # near the pairs
+
+
+@pytest.mark.parametrize(("steps", "searched"), [(0.5, False), (1.5, False), (6.5, True)])
+def test_a_high_estimate_is_certified_downwards(monkeypatch: pytest.MonkeyPatch, steps: float, searched: bool) -> None:
+    """An estimate above the engine's eps (its low end certified): candidates walk down (TIERS
+    steps) until the engine refuses one, and the last certified is published (certified by the
+    exact sum of the k-RR upper law), below the estimate, with the step as its slack, without the
+    full search; an estimate further off ends in the search, certified too.  ``steps``: how many
+    steps of the bracket the estimate's low end lies above the smallest eps the engine certifies."""
+    point, params = {"eps0": 1.5, "n": 50.0, "delta": 1e-6}, {"k": 3}
+    low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (low, middle) if lookup.live.certifies("krr", {**point, "eps": middle}, params) else (middle, high)
+    estimate = high * (1 + refine.STEP) ** (steps + 0.5)
+    search, calls = lookup.live.eps_upper, []
+    monkeypatch.setattr(lookup.live, "eps_upper", lambda *args: calls.append(args) or search(*args))
+    value, slack, source = refine.eps("krr", point, params, float("inf"), float("nan"), estimate, refine.STEP)
+    assert bool(calls) == searched and source == ("live" if searched else refine.CERTIFIED)
+    assert searched or (slack == pytest.approx(refine.STEP) and high <= value < high * (1 + refine.STEP))
+    assert exact_delta(*krr_upper_law(1.5, value, 3), 50) <= 1e-6 * (1 + 1e-9)

@@ -37,13 +37,14 @@ def test_a_table_question_is_answered_at_once_then_from_its_eps0_slice(start_ser
     table = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=none")[1])
     assert first["refined"] is False and first["eps"] == table["eps"] and first["slack"] > 0.02
     assert headers["Cache-Control"] == "no-cache"  # the answer will improve
-    deadline, answer = time.monotonic() + 90, first
+    deadline, answer, n = time.monotonic() + 90, first, 50
     while answer["source"] != "slice" and time.monotonic() < deadline:  # other n and delta, the same eps0
-        time.sleep(0.2)
-        answer = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=63&delta=3e-6")[1])
+        time.sleep(0.2)  # (a new n each time: an n asked before is answered by its own refinement, kept)
+        n = 51 + (n - 50) % 29
+        answer = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n={n}&delta=3e-6")[1])
     assert answer["source"] == "slice" and "refined" not in answer and answer["corner"]["eps0"] == 1.5
-    assert exact_delta(*krr_upper_law(1.5, answer["eps"], 3), 63) <= 3e-6 * (1 + 1e-9)  # certified
-    table = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=63&delta=3e-6&max_slack=none")[1])
+    assert exact_delta(*krr_upper_law(1.5, answer["eps"], 3), n) <= 3e-6 * (1 + 1e-9)  # certified
+    table = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n={n}&delta=3e-6&max_slack=none")[1])
     assert answer["eps"] < table["eps"]
     assert b"lookup_slice_hits_total" in get(f"{base}/metrics")[1]
 
@@ -75,6 +76,7 @@ def test_a_mechanism_the_table_lacks_is_answered_at_once_by_the_generic_row(star
     assert status == 200 and time.perf_counter() - start < 0.5
     assert answer["via"] == "generic" and answer["refined"] is False and answer["certified"]
     assert exact_delta(*olh_upper_law(1.5, answer["eps"], 5), 60) <= 1e-5 * (1 + 1e-9)
+    assert answer["eps_lower"] is None  # the generic row's lower bound bounds the clone, not OLH
 
 
 def _in_thread(url: str) -> tuple[threading.Thread, list]:
@@ -101,6 +103,30 @@ def test_a_live_task_over_its_limit_ends_alone(start_server: Any) -> None:
     for _, out in others:
         (status, body, _), done = out[0]
         assert status == 200 and json.loads(body)["source"] == "live" and done - start > 2
+
+
+def test_a_refinement_never_waits_behind_live_work(start_server: Any) -> None:
+    """The one live worker busy with a task made to take 60 s (ended at its 6 s limit): an
+    in-range question between grid points is refined by the refinement workers meanwhile, at
+    its second asking at the latest, certified (the exact sum of the k-RR law) and no looser
+    than the table's answer."""
+    base = start_server("--live-workers", "1", "--live-timeout", "6", hook=SLOW_ONE).base
+    slow, slow_out = _in_thread(f"{base}/v1/eps?mechanism=krr&k=3&n=50&delta=1e-6&eps0=9.5")
+    time.sleep(0.5)
+    query = f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.37&n=57&delta=3.3e-6"
+    table = json.loads(get(query + "&max_slack=none")[1])
+    start = time.perf_counter()
+    first = json.loads(get(query)[1])
+    answer = first if first.get("refined") is not False else json.loads(get(query)[1])
+    while answer.get("refined") is False and time.perf_counter() - start < 5:  # a slow machine
+        time.sleep(0.05)
+        answer = json.loads(get(query)[1])
+    assert answer.get("refined") is not False and answer["source"] in ("certified estimate", "live", "slice")
+    assert slow.is_alive() and not slow_out, "the live task ended before the refinement: nothing was shown"
+    assert answer["eps"] <= table["eps"] and table["slack"] > 0.02
+    assert exact_delta(*krr_upper_law(1.37, answer["eps"], 3), 57) <= 3.3e-6 * (1 + 1e-9)
+    slow.join(60)
+    assert slow_out[0][0][0] == 503
 
 
 def _connections(port: int, count: int) -> list[socket.socket]:
