@@ -39,7 +39,8 @@ def test_unknown_missing_module_is_not_blamed_on_an_extra() -> None:
 
 def test_serve_without_its_extra_is_one_line(monkeypatch, tmp_path) -> None:
     monkeypatch.delitem(sys.modules, "lookup.app", raising=False)  # imported afresh, without starlette
-    monkeypatch.setitem(sys.modules, "starlette", None)
+    for name in ["starlette", *(m for m in sys.modules if m.startswith("starlette."))]:  # submodules imported
+        monkeypatch.setitem(sys.modules, name, None)  # by earlier tests are found without their package
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(lookup_main, ["serve", "--port", "0"])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
