@@ -14,6 +14,11 @@ Parts (``python -m bench compose [--only PART ...] [--quick]``):
 * ``figure``: the same three curves against T = 1 .. ``--max-rounds`` (``--points`` values, geometric,
   delta = ``--delta``) for each of ``--settings``, one panel each, written to ``--out``
   (docs/figures/composition.png), with the table of the plotted values.
+* ``lookup``: ``lookup eps --rounds T`` (the route of ``/v1/eps?rounds=T`` and the page) against
+  ``tablegen compose`` on ``--questions`` random questions inside the default table (k-RR k = 10 and 100,
+  generic, RAPPOR; eps0 0.2-4, n 1e4-1e8, delta 1e-10-1e-5, T 2-1000, log-uniform; seeded): the default
+  route (the engine's composition) and the table's own (``max_slack=None``), their ratios to compose,
+  the time of each in a warm process, and ``lookup eps --rounds 365`` as a whole process.
 * ``joint``: k-joint compositions (k parts, eps0 / k each) of Laplace, k-RR k = 10 and RAPPOR, k = 2, 3, 4,
   each in a fresh one-core process capped at ``--mem-gib``: components of the merged upper and lower
   decompositions, build time, one certified eps(delta = 1e-6) at n = 1e6 with its lower bound, peak RSS.
@@ -63,8 +68,8 @@ def _sequence(count: int) -> list[dict]:
     return rounds
 
 
-def _whole_process(argv: list[str], repeat: int) -> tuple[list[float], dict]:
-    runs = [common.child([sys.executable, "-m", "tablegen.cli", *argv]) for _ in range(repeat)]
+def _whole_process(argv: list[str], repeat: int, cli: str = "tablegen.cli") -> tuple[list[float], dict]:
+    runs = [common.child([sys.executable, "-m", cli, *argv]) for _ in range(repeat)]
     failed = [r.error for r in runs if r.error]
     if failed:
         raise RuntimeError(failed[0])
@@ -211,7 +216,52 @@ def joint(args: argparse.Namespace) -> list[str]:
                            "peak RSS MiB"], rows)]
 
 
-PARTS: dict[str, common.Part] = {"time": timing, "tightness": tightness, "figure": figure, "joint": joint}
+def _random_rounds(count: int) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    rng = np.random.default_rng(46)
+    rows = [("krr", {"k": 10}), ("krr", {"k": 100}), ("generic", {}), ("rappor", {})]
+
+    def log_uniform(low: float, high: float) -> float:
+        return float(np.exp(rng.uniform(np.log(low), np.log(high))))
+
+    return [(*rows[int(rng.integers(len(rows)))], {
+        "eps0": round(log_uniform(0.2, 4), 4), "n": int(log_uniform(1e4, 1e8)),
+        "delta": float(f"{log_uniform(1e-10, 1e-5):.3g}"), "rounds": int(log_uniform(2, 1000))})
+        for _ in range(count)]
+
+
+def lookup_rounds(args: argparse.Namespace) -> list[str]:
+    import lookup
+    from tablegen import compose
+
+    table = lookup.open_table()
+    lookup.eps("krr", eps0=1.0, n=10**6, delta=1e-8, rounds=2, k=10, table=table)  # imports, outside the timing
+    ratios: dict[str, list[float]] = {"default": [], "table": []}
+    seconds: dict[str, list[float]] = {"default": [], "table": []}
+    for mechanism, params, q in _random_rounds(4 if args.quick else args.questions):
+        reference = compose.eps(mechanism, **q, **params).eps
+        for route, slack in (("default", 0.02), ("table", None)):
+            start = time.perf_counter()
+            value = lookup.eps(mechanism, **q, **params, table=table, max_slack=slack).value
+            seconds[route].append(time.perf_counter() - start)
+            ratios[route].append(value / reference - 1)
+    times, out = _whole_process(["eps", "--mechanism", "krr", "--k", "10", "--eps0", "1", "--n", "1e6", "--delta",
+                                 "1e-8", "--rounds", "365", "--json"], 1 if args.quick else args.repeat, "lookup.cli")
+    lines = ["### `lookup eps --rounds T` against `tablegen compose`", ""]
+    for route, label in (("default", "default route (the engine's composition)"),
+                         ("table", "the table's route (max_slack=None)")):
+        r, t = sorted(ratios[route]), sorted(seconds[route])
+        within = sum(x <= 0.02 for x in r)
+        lines.append(f"- {label}: within 2% of compose {within} of {len(r)}, none below it: {min(r) >= -1e-12}; "
+                     f"ratio - 1 median {100 * statistics.median(r):+.2f}%, max {100 * r[-1]:+.2f}%; "
+                     f"{1000 * statistics.median(t):.0f} ms median, {1000 * t[-1]:.0f} ms max in a warm process")
+    lines.append(f"- `lookup eps --mechanism krr --k 10 --eps0 1 --n 1e6 --delta 1e-8 --rounds 365 --json` as a "
+                 f"whole process: eps {out['eps']:.6g} ({out['source']}); best {min(times):.2f} s, median "
+                 f"{statistics.median(times):.2f} s")
+    return lines
+
+
+PARTS: dict[str, common.Part] = {"time": timing, "tightness": tightness, "figure": figure, "lookup": lookup_rounds,
+                                 "joint": joint}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -223,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-rounds", type=int, default=10_000, help="figure: the largest T")
     p.add_argument("--delta", type=float, default=1e-6, help="figure: delta in total")
     p.add_argument("--settings", default=None, help="figure: ';'-separated 'family [k=..] eps0=.. n=..'")
+    p.add_argument("--questions", type=int, default=40, help="lookup: random rounds questions")
     p.add_argument("--mem-gib", type=float, default=8.0, help="joint: address-space cap per child, GiB")
     p.add_argument("--timeout", type=float, default=300.0, help="joint: seconds per child")
     common.run("compose", PARTS, p.parse_args(argv), argv)

@@ -76,8 +76,8 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
     if rounds is not None:
-        return _composed(mechanism, params, table, live, eps0=eps0, n=n, delta=delta, rounds=rounds,
-                         sample_rate=sample_rate)
+        return _composed(mechanism, params, table, live, max_slack is not None, eps0=eps0, n=n, delta=delta,
+                         rounds=rounds, sample_rate=sample_rate)
     if mechanism == CLOSED_FORM:
         return _closed_form(params, table, live, eps0=eps0, n=n, delta=delta)
     if table is None:
@@ -170,8 +170,11 @@ def _closed_form(params: dict[str, Any], table: Any, live: bool, **args: Any) ->
     return q.answer(value, q.nan(), source, q.grid(None, source, delta=True), q.nan(), np.zeros(q.size, bool))
 
 
-def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
-    """``eps(..., rounds=T)``: one scalar query, the composition code imported only here."""
+def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, precise: bool, **args: Any) -> Answer:
+    """``eps(..., rounds=T)``: one scalar query, the composition code imported only here; ``precise``
+    (a ``max_slack``): the engine's composition (tens of milliseconds once its process is warm, the
+    round's PLD kept for any T), the table's only where the engine cannot answer or ``live`` is off
+    (``max_slack=None``: the table's, composed from its curve: looser, docs/composition.md)."""
     from lookup import composed
 
     if any(np.ndim(v) for v in args.values()):
@@ -179,7 +182,7 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, **
     rate = args.pop("sample_rate")
     composition = {"rounds": args.pop("rounds"), **({} if rate is None else {"sample_rate": rate})}
     q = _Queries(mechanism, params, table, **args)
-    a = composed.eps(mechanism, q.table, q.params, {**q.point(0), **composition}, live)
+    a = composed.eps(mechanism, q.table, q.params, {**q.point(0), **composition}, live, precise)
     return Answer(a["value"], math.nan, a["source"], a["corner"], math.nan, False,
                   a["source"] != "table" or q.table.certified)
 

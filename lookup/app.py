@@ -19,8 +19,10 @@ its start and ended alone past ``live_timeout``) through a bounded queue (``queu
 beyond it a 503 with ``Retry-After``).  Answers are kept in LRU caches keyed by the canonical
 query, the table and the engine version.  The server computes nothing itself: every number is
 one the library or the engine's slice path answers.  An eps question with ``rounds`` (T rounds
-composed, ``lookup/composed.py``: 10-20 ms from the table, seconds live) is checked here and
-answered in the live pool whatever its source, as ``lookup eps --rounds T --json`` prints it.
+composed, ``lookup/composed.py``: the engine's composition, tens of ms in a warm worker, the
+round's PLD kept for any T) is answered in a refinement worker when the table covers its round
+(in the live pool otherwise, or when the refinement places are all taken), as ``lookup eps
+--rounds T --json`` prints it.
 """
 
 from __future__ import annotations
@@ -129,11 +131,12 @@ def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack:
     return {**body, "refuted": answer.refuted} if answer.refuted else body  # for Refiner.improve, never sent
 
 
-def _worker_composed(mechanism: str, kwargs: dict[str, Any], composition: dict[str, Any],
-                     live: bool) -> dict[str, Any]:
+def _worker_composed(mechanism: str, kwargs: dict[str, Any], composition: dict[str, Any], live: bool,
+                     max_slack: float | None) -> dict[str, Any]:
     """``lookup.eps(..., rounds=T[, sample_rate=q])`` as ``lookup eps --rounds T --json`` prints it
-    (runs in a worker process: 10-20 ms from the table, seconds live)."""
-    answer = lookup.eps(mechanism, table=worker_table(), live=live, **kwargs, **composition)
+    (runs in a worker process: the engine's composition, tens of ms once the worker is warm; the
+    table's curve with ``max_slack`` None)."""
+    answer = lookup.eps(mechanism, table=worker_table(), live=live, max_slack=max_slack, **kwargs, **composition)
     body = json_ready("eps", answer, composition["rounds"])
     return {**body, **({"sample_rate": composition["sample_rate"]} if "sample_rate" in composition else {})}
 
@@ -153,6 +156,10 @@ def _worker_warm() -> int:
         with contextlib.suppress(ValueError, ArithmeticError):
             lookup.eps(family, eps0=eps0, n=round(n), delta=delta, table=table, live=True, max_slack=0.0, **params)
             warmed += 1
+    if find_spec("dp_accounting") is not None:  # rounds: dp-accounting's import (about 1 s) done now
+        with contextlib.suppress(ValueError, ArithmeticError):
+            lookup.eps(table.families[0], eps0=eps0, n=round(n), delta=delta, table=table, rounds=2,
+                       **table.params[0])
     return warmed
 
 
@@ -443,10 +450,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
         validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # the same 400s, table or live
                  {k: v for k, v in kwargs.items() if k not in HELP})
         composition = _composition(raw, composable)
-        if composition:  # never in the event loop, even from the table: through the live pool's admission
-            body = await live.result(refiner.key(kind, mechanism, {**kwargs, **composition}, allow_live), "answer",
-                                     settings.live_timeout, _worker_composed, mechanism, kwargs, composition,
-                                     allow_live)
+        if composition:  # never in the event loop: the engine's composition in a worker (tens of ms)
+            key = refiner.key(kind, mechanism, {**kwargs, **composition, "live": allow_live}, max_slack)
+            task = (settings.live_timeout, _worker_composed, mechanism, kwargs, composition, allow_live, max_slack)
+            try:  # in range: a refinement worker's place, like any in-range question; else live work
+                if lacking is not None:
+                    raise Busy("beyond the table")
+                body = await refiner.pool.result(key, "background", *task)
+            except Busy:
+                body = await live.result(key, "answer", *task)
             cache = TABLE_CACHE_CONTROL if body["source"] == "table" else "no-cache"
             return respond(200, body, {"Cache-Control": cache}), _source(body)
         if lacking is not None:

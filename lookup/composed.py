@@ -17,6 +17,7 @@ always for subsampled rounds (``sample_rate`` below 1: the tables hold rounds of
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -29,9 +30,11 @@ from lookup.table import Table, TableError
 CELLS = 400  # lattice cells from 0 to the table curve's largest eps (each point's eps is rounded up to one)
 
 
-def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, float], live: bool) -> dict[str, Any]:
+def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, float], live: bool,
+        precise: bool = False) -> dict[str, Any]:
     """(value, source, corner) of the composed eps of ``point`` (eps0, n, delta, rounds and
-    optionally sample_rate)."""
+    optionally sample_rate); ``precise`` (and ``live``): the engine's composition first, the table's
+    only where the engine cannot answer."""
     from tablegen import validate
     from tablegen.compose import checked_rounds
 
@@ -40,6 +43,10 @@ def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, f
     point.pop("sample_rate", None)
     if rate < 1:  # a subsampled round: live only, its rate part of the point (and of the cache key)
         point["sample_rate"] = rate
+    engine = live and live_engine.available()
+    if precise and engine:
+        with contextlib.suppress(ValueError):  # e.g. delta too small for the engine's bound: the table's
+            return _live(mechanism, params, point)
     row = table.row(mechanism, params)
     if row is not None and "delta0" not in params and rate == 1:
         c = rules.corner(table, np.array([point["eps0"]]), np.array([point["n"]]), row)
@@ -48,9 +55,13 @@ def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, f
             if math.isfinite(value):
                 return {"value": value, "source": "table",
                         "corner": {"eps0": float(table.eps0[c.eps0_up[0]]), "n": float(table.n[c.n_down[0]])}}
-    if not (live and live_engine.available()):
+    if not engine:
         why = "live computation is off (live=False)" if not live else "the engine (tablegen) is not installed"
         raise TableError(f"the table cannot answer {mechanism} {params or ''} {point} with rounds and {why}")
+    return _live(mechanism, params, point)
+
+
+def _live(mechanism: str, params: dict[str, Any], point: dict[str, float]) -> dict[str, Any]:
     return {"value": live_engine.composed_eps(mechanism, point, params), "source": "live",
             "corner": {"eps0": math.nan, "n": math.nan}}
 

@@ -20,13 +20,14 @@ import importlib.util
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from lookup import trust
 
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
+ROUNDS_KEPT = 64  # one-round PLDs kept in memory (composed_eps), the least recently used dropped
+_ROUNDS: dict[str, Any] = {}
 
 
 def available() -> bool:
@@ -120,13 +121,21 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any]) ->
 
 
 def composed_eps(mechanism: str, point: dict[str, float], params: dict[str, Any]) -> float:
-    """Certified eps of ``point["rounds"]`` identical rounds from ``tablegen.compose.eps`` (each user
-    taking part with probability ``point["sample_rate"]``, 1 when absent)."""
+    """Certified eps of ``point["rounds"]`` identical rounds, ``tablegen.compose.eps``'s value (each
+    user taking part with probability ``point["sample_rate"]``, 1 when absent), from the round's
+    PLD kept in memory (``ROUNDS_KEPT``): the first question of a round samples its profile (tens
+    of ms), any number of rounds after it only self-composes (milliseconds)."""
     def compute() -> list[float]:
         from tablegen import compose
 
-        return [compose.eps(mechanism, eps0=point["eps0"], n=int(point["n"]), rounds=int(point["rounds"]),
-                            delta=point["delta"], sample_rate=point.get("sample_rate", 1.0), **params).eps]
+        key = json.dumps([mechanism, point["eps0"], int(point["n"]), point.get("sample_rate", 1.0), params],
+                         sort_keys=True, default=str)
+        single = _ROUNDS.pop(key, None) or compose.one_round(mechanism, eps0=point["eps0"], n=int(point["n"]),
+                                                              sample_rate=point.get("sample_rate", 1.0), **params)
+        _ROUNDS[key] = single  # the most recent last
+        while len(_ROUNDS) > ROUNDS_KEPT:
+            _ROUNDS.pop(next(iter(_ROUNDS)))
+        return [compose.eps_from_round(single, rounds=int(point["rounds"]), delta=point["delta"]).eps]
 
     return _cached("composed_eps", mechanism, point, params, compute)[0]
 
@@ -201,7 +210,5 @@ def _disk_write(key: str, value: tuple[float, ...]) -> None:
     if path is None or tag is None:
         return  # no cache directory, or no secret to authenticate the entry with: memory only
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique per thread and process
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"key": key, "value": list(value), "mac": tag}))
-    os.replace(tmp, path)
+    # a temporary name unique per thread and process, created exclusively; a lost entry is recomputed: no fsync
+    trust.atomic_write(path, json.dumps({"key": key, "value": list(value), "mac": tag}), mode=0o600, durable=False)

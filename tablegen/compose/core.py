@@ -71,6 +71,18 @@ def eps_sequence(rounds: Sequence[Round], *, delta: float, points: int = POINTS)
     """Certified eps of a sequence of rounds (different mechanisms, eps0, n) at total ``delta``."""
     delta = validate.open_unit("delta", delta)
     total, composite = compose_rounds(rounds, points)
+    return _read(composite, total, delta)
+
+
+def eps_from_round(single: pld.Composite, *, rounds: int, delta: float) -> Composition:
+    """Certified eps of ``rounds`` identical rounds from one round's PLD (``one_round``): the value
+    ``eps`` gives for the same round, without sampling its profile again (a cached round answers
+    any number of rounds in milliseconds)."""
+    rounds, delta = checked_rounds(rounds), validate.open_unit("delta", delta)
+    return _read(pld.self_composed(single, rounds), rounds, delta)
+
+
+def _read(composite: pld.Composite, total: int, delta: float) -> Composition:
     value = pld.eps_for_delta(composite, delta)
     if not math.isfinite(value):
         raise ValueError(f"delta={delta!r} is too small to certify for {total} rounds: the composed "

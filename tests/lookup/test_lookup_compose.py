@@ -73,6 +73,20 @@ def test_off_the_table_goes_live_or_fails_without_live() -> None:
     assert exact_rr_eps(3.0, 4, 1e-6) <= a.value <= 1.01 * exact_rr_eps(3.0, 4, 1e-6)
 
 
+@pytest.mark.parametrize("eps0,rounds", [(1.0, 10), (0.8, 30), (2.0, 5)])
+def test_an_answer_inside_the_table_is_the_engines_composition(eps0: float, rounds: int) -> None:
+    """Issue 46: inside the table, by default, the engine's composition (what ``tablegen compose``
+    answers), within 1% of the exact composition of binary randomized response (n = 1: T rounds have
+    loss eps0 (T - 2K), K ~ Bin(T, 1 / (1 + e^eps0))) and never below it; the table's own route
+    (max_slack=None) is certified too and never tighter."""
+    t = rr_table()
+    a = lookup.eps("krr", eps0=eps0, n=1, delta=1e-6, rounds=rounds, k=2, table=t)
+    table = lookup.eps("krr", eps0=eps0, n=1, delta=1e-6, rounds=rounds, k=2, table=t, max_slack=None)
+    exact = exact_rr_eps(eps0, rounds, 1e-6)
+    assert a.source == "live" and exact <= a.value <= 1.01 * exact
+    assert table.source == "table" and a.value <= table.value
+
+
 def test_bad_rounds_and_arrays_named() -> None:
     for rounds in (0, 1.5, -2):
         with pytest.raises(ValueError, match="rounds"):
@@ -87,7 +101,9 @@ def test_cli_rounds(table_path) -> None:
     out = CliRunner().invoke(main, [*args, "--rounds", "5"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    assert data["rounds"] == 5 and data["source"] == "table" and data["certified"] is True
+    assert data["rounds"] == 5 and data["source"] == "live" and data["certified"] is True  # precise by default
+    table = json.loads(CliRunner().invoke(main, [*args, "--rounds", "5", "--max-slack", "none"]).output)
+    assert table["source"] == "table" and table["eps"] >= data["eps"]
     single = json.loads(CliRunner().invoke(main, args).output)["eps"]
     assert single < data["eps"] <= 5 * single
     out = CliRunner().invoke(main, [*args, "--rounds", "0"])

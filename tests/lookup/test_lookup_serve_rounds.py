@@ -33,7 +33,8 @@ def answer(base: str, query: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("query", "extra"), [
-    (f"{Q}&rounds=10", ["--rounds", "10"]),  # from the table
+    (f"{Q}&rounds=10", ["--rounds", "10"]),  # inside the table: the engine's composition
+    (f"{Q}&rounds=10&max_slack=none", ["--rounds", "10", "--max-slack", "none"]),  # the table's
     ("mechanism=krr&k=3&eps0=6&n=50&delta=1e-6&rounds=3", ["--rounds", "3"]),  # eps0 off the grid: live
     (f"{Q}&rounds=4&sample_rate=0.5", ["--rounds", "4", "--sample-rate", "0.5"]),  # subsampled: live
 ])
@@ -44,11 +45,13 @@ def test_answers_are_the_libraries(base: str, table_path: Path, query: str, extr
     assert body == cli_json(*args, *extra, "--table", str(table_path))
     got = json.loads(body)
     rounds = int(extra[1])
-    rate = {"sample_rate": float(extra[3])} if len(extra) > 2 else {}
+    rate = {"sample_rate": float(extra[3])} if "--sample-rate" in extra else {}
     eps0 = 6.0 if "eps0=6" in query else 1.5
-    a = lookup.eps("krr", k=3, eps0=eps0, n=50, delta=1e-6, rounds=rounds, table=lookup.open_table(table_path), **rate)
+    slack = {"max_slack": None} if "max_slack" in query else {}
+    a = lookup.eps("krr", k=3, eps0=eps0, n=50, delta=1e-6, rounds=rounds, table=lookup.open_table(table_path),
+                   **rate, **slack)
     assert got["eps"] == a.value and got["source"] == a.source and got["rounds"] == rounds
-    assert got["source"] == ("table" if "rounds=10" in query else "live")
+    assert got["source"] == ("table" if "max_slack" in query else "live")
 
 
 def test_certified_and_grows_at_most_linearly(base: str) -> None:

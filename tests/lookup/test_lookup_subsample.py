@@ -37,11 +37,13 @@ def test_live_and_above_the_exact_composition(q: float, rounds: int) -> None:
     assert exact <= a.value <= exact * 1.01, (a.value, exact)
 
 
-def test_rate_one_is_the_table_answer() -> None:
+@pytest.mark.parametrize(("max_slack", "source"), [(0.02, "live"), (None, "table")])
+def test_rate_one_is_every_users_answer(max_slack: float | None, source: str) -> None:
     table = rr_table()
-    plain = lookup.eps("krr", eps0=1.0, n=1, delta=1e-6, k=2, rounds=10, table=table)
-    rated = lookup.eps("krr", eps0=1.0, n=1, delta=1e-6, k=2, rounds=10, sample_rate=1, table=table)
-    assert plain.source == "table" and rated == plain
+    plain = lookup.eps("krr", eps0=1.0, n=1, delta=1e-6, k=2, rounds=10, table=table, max_slack=max_slack)
+    rated = lookup.eps("krr", eps0=1.0, n=1, delta=1e-6, k=2, rounds=10, sample_rate=1, table=table,
+                       max_slack=max_slack)
+    assert plain.source == source and rated == plain
 
 
 def test_refused() -> None:
