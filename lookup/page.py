@@ -5,12 +5,18 @@ One HTML page (``lookup/static/index.html``) with its script and style sheet (``
 third-party code, nothing fetched from outside the server, so it works offline.  The page
 computes nothing.  Its script asks the JSON API (``/v1/eps``, ``/v1/delta``, ``/v1/eps0-max``)
 as any client does, through the same admission (validation, the table first, the bounded live
-pool: a 503 is shown with its ``Retry-After``), and shows the answer's fields as the JSON says
-them; a 400 is shown beside the field its message names.  Curves of eps against n (log axes, one
-series per eps0, the lower bound as a band) and of eps against rounds (``rounds=T`` answers,
-composition) are SVG built in the browser by one drawing code from the API's answers, asked one
-at a time so that a curve never holds more than one live place.  The page's state is
-kept in its URL with the API's parameter names (a permalink).
+pool: a 503 is shown with its ``Retry-After``), and shows every field of the answer: numbers to
+4 significant digits on their safe side (a certified eps or delta rounded up, a lower bound or the
+largest eps0 down), each field with a line in plain words, a note on what this kind of answer is,
+the exact JSON one click away; a 400 is shown beside the field its message names.  An answer is
+never shown as current beside a question it does not answer (the form changing greys it, Ask
+clears it, a response to an older question is dropped), and one ``"refined": false`` is asked
+again until refined.  Curves of eps against n (log axes, one series per eps0, the lower bound as a
+band) and of eps against rounds (``rounds=T`` answers, composition) are SVG built in the browser by
+one drawing code from the API's answers, asked one at a time so that a curve never holds more than
+one live place, titled with their mechanism and delta and cleared when their question changes.
+The page opens on k-RR k=10, eps0 1, n 1e6, delta 1e-8 (docs/page.md says why).  The page's state
+is kept in its URL with the API's parameter names (a permalink).
 
 The form lists the mechanisms and their parameters from the registry the API validates with
 (``tablegen.mechanisms.MECHANISMS`` when the engine is installed); without the engine, the
