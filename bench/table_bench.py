@@ -342,7 +342,7 @@ def _synthetic_staging(root: Path, gb: float) -> tuple[int, int]:
     for r in range(rows):
         for e, eps0 in enumerate(spec.eps0):
             eps = np.minimum(eps0, (1 + 0.1 * r) * np.sqrt(np.log(1 / delta) / n) * np.exp(eps0 / 2))
-            stores.write_slice(staging, (r, e), eps, np.where(e % 4 == 0, 0.99 * eps, np.nan))
+            stores.write_slice(staging, (r, e), eps, np.where(e % 4 == 0, 0.99 * eps, np.nan), builder.header(spec))
     return rows, math.prod(spec.shape)
 
 

@@ -29,7 +29,7 @@ from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import HELP, click_options, parse_params, query_arguments
 from lookup.table import TableError
-from lookup.trust import ENV_KEYS
+from lookup.trust import ENV_KEYS, trusted_key_files, trusted_keys
 
 
 def query_options(func: Any) -> Any:
@@ -99,12 +99,13 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
            max_slack: str | None, as_json: bool, raw: dict[str, Any]) -> None:
     """Answer ``lookup.<kind>`` for text arguments and print it (the three query commands)."""
     keys = raw.pop("trusted_key", ())
-    if keys:  # read by lookup.trust when the table is opened
-        os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
-
     unverified = raw.pop("unverified", False)
 
     def run() -> dict[str, Any]:
+        trusted_keys(list(keys), "--trusted-key")  # at once, whatever table answers (a private key: exit 2)
+        trusted_keys(trusted_key_files(), f"${ENV_KEYS}")
+        if keys:  # read by lookup.trust when the table is opened
+            os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
         arguments = query_arguments(numbers, raw)
         opened = lookup.open_table(table, verified=False) if unverified else table  # lookup.trust: provenance
         answer = getattr(lookup, kind)(mechanism, table=opened, live=not no_live,

@@ -25,6 +25,13 @@ A header is strict JSON: duplicate keys, NaN and Infinity are refused.  The surf
 monotone (``lookup.table``), so a reader applies the rules of ``lookup.rules`` directly;
 ``DeviceTable.eps`` does so for one query, after checking the row's values once (the
 invariants of ``lookup.checks.check_row``, here without numpy).
+
+Bounded reading (issue 43): the header is read first (at most ``MAX_HEADER_BYTES``), and the file
+must have the size it gives, 12 + H + 8 R E N D bytes (at most ``MAX_FILE_BYTES``), before the
+payload is read; with ``verified`` its provenance is asked before too, so a file nothing vouches
+for is never read whole.  A signature (``tablegen sign``) signs ``signed_message``: the family
+and rows the file answers and its digest, so a file signed for one mechanism is refused as
+another (``read_device(path, expect=(family, params))``).
 """
 
 from __future__ import annotations
@@ -33,10 +40,13 @@ import bisect
 import hashlib
 import json
 import math
+import os
+import re
+import stat
 import struct
 import sys
 from array import array
-from typing import Any
+from typing import Any, BinaryIO
 
 MAGIC = b"SHEPSDV1"
 FORMAT = 2
@@ -49,6 +59,13 @@ DIGEST_TAIL = b'"}'
 MONOTONE_RTOL = 0.03
 MONOTONE_ATOL = 1e-7
 CAP_RTOL = 2.0**-11
+# bounded reading: the largest export of the default table, its whole k-RR family, is 82 MB with a header
+# of 4.7 KB; a computed deployment's header 13 KB (1,765 stored n).  256 MiB: lookup.reader's limit per file
+MAX_HEADER_BYTES = 1 << 20
+MAX_FILE_BYTES = 256 << 20
+# what a signature of a device file signs (signed_message): this, then the family, rows and digest lines
+SIGNED = b"shuffle-eps device file 2\n"
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 class DeviceFileError(ValueError):
@@ -58,7 +75,8 @@ class DeviceFileError(ValueError):
 class DeviceTable:
     """A parsed device file: header and the two float32 surfaces as flat arrays."""
 
-    def __init__(self, header: dict[str, Any], upper: array, lower: array, provenance: str = "") -> None:
+    def __init__(self, header: dict[str, Any], upper: array, lower: array, provenance: str = "", text: bytes = b"",
+                 expected: int | None = None) -> None:
         self.header = header
         self.provenance = provenance  # why it is trusted (lookup.trust): "shipped", "built", "signed", "verified"
         self.certified = provenance not in ("", "unverified")
@@ -66,6 +84,12 @@ class DeviceTable:
         self.lower = lower
         self.shape = tuple(header["shape"])
         self.checked: set[int] = set()
+        self.text = text  # the header as written in the file
+        self.expected = expected  # the one row answered (read_device's ``expect`` named its parameters), else None
+
+    def signed_message(self) -> bytes:
+        """What a signature of this file signs (``signed_message``)."""
+        return signed_message(self.header["family"], member_text(self.text, "rows"), self.header["sha256"])
 
     def row(self, params: dict[str, Any]) -> int | None:
         want = canonical(params)
@@ -83,6 +107,9 @@ class DeviceTable:
         if not (0 < eps0 < math.inf and 1 <= n < math.inf and 0 < delta < 1):
             raise ValueError(f"need eps0 > 0, n >= 1 and delta in (0, 1), got eps0={eps0} n={n} delta={delta}")
         r = self.row(params)
+        if self.expected is not None and r != self.expected:
+            raise ValueError(f"the device file was opened for {canonical(self.header['rows'][self.expected])} only, "
+                             f"not {canonical(params)}")
         if r is not None and r not in self.checked:
             check_row(self, r)
             self.checked.add(r)
@@ -141,16 +168,48 @@ def canonical(value: Any) -> str:
 def checksum_v1(header: dict[str, Any], payload: bytes) -> str:
     """Format 1's SHA-256: over the header (without its ``sha256`` key) re-serialised as sorted
     compact JSON, and the payload (read here for old files; format 2 is ``header_sha256``)."""
-    rest = {k: v for k, v in header.items() if k != "sha256"}
-    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode() + payload).hexdigest()
+    return hashlib.sha256(_v1_sealed(header) + payload).hexdigest()
 
 
 def header_sha256(text: bytes, payload: bytes) -> str:
     """Format 2's SHA-256 of a header ``text`` (as written in the file, ending with ``DIGEST_KEY``
     + 64 hex digits + ``DIGEST_TAIL``) with its 64 digest digits read as ASCII "0", followed by
     the payload."""
+    return hashlib.sha256(_v2_sealed(text) + payload).hexdigest()
+
+
+def _v1_sealed(header: dict[str, Any]) -> bytes:
+    """What format 1's SHA-256 hashes before the payload."""
+    rest = {k: v for k, v in header.items() if k != "sha256"}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _v2_sealed(text: bytes) -> bytes:
+    """What format 2's SHA-256 hashes before the payload: ``text`` with its digest digits as "0"."""
     end = len(text) - len(DIGEST_TAIL)
-    return hashlib.sha256(text[:end - 64] + b"0" * 64 + text[end:] + payload).hexdigest()
+    return text[:end - 64] + b"0" * 64 + text[end:]
+
+
+def signed_message(family: str, rows: bytes, digest: str) -> bytes:
+    """What the signature of a device file signs (``tablegen sign``; docs/device-format.md): ``SIGNED``,
+    then ``family <family>``, ``rows <SHA-256 of the header's rows as written>`` and ``sha256
+    <the file's digest>``, one a line, so that it vouches for the file as that mechanism only."""
+    return (SIGNED + b"family " + family.encode() + b"\nrows " + hashlib.sha256(rows).hexdigest().encode()
+            + b"\nsha256 " + digest.encode())
+
+
+def member_text(text: bytes, key: str) -> bytes:
+    """The bytes of member ``key``'s value as written in ``text``, a header read (one strict JSON
+    object holding ``key``): what the C reader finds there, without re-serialising."""
+    s, decoder = text.decode(), json.JSONDecoder()
+    at = _SPACE.match(s).end()  # at "{", then at each "," before a member
+    while True:
+        name, at = json.decoder.scanstring(s, _SPACE.match(s, at + 1).end() + 1)
+        start = _SPACE.match(s, _SPACE.match(s, at).end() + 1).end()  # past ":"
+        end = decoder.raw_decode(s, start)[1]
+        if name == key:
+            return s[start:end].encode()
+        at = _SPACE.match(s, end).end()
 
 
 def encode(header: dict[str, Any], payload: bytes) -> bytes:
@@ -208,22 +267,60 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def read_device(path: str, verified: bool = True) -> DeviceTable:
-    """Parse and check a device file (standard library only): magic, strict JSON header, format,
-    checksum, every header key and the payload's length; a row's values are checked before its
-    first answer (``DeviceTable.eps``).  A checksum proves the file intact, not who wrote it: with
-    ``verified`` (the default) the file is answered from only where ``lookup.trust.provenance``
-    vouches for its SHA-256 (shipped, built here by ``tablegen export``, signed by a trusted key,
-    or verified here), else DeviceFileError naming the four ways; ``verified=False`` reads it with
-    ``DeviceTable.certified`` False (its answers are not certified)."""
+def read_device(path: str, verified: bool = True, expect: tuple[str, dict[str, Any] | None] | None = None
+                ) -> DeviceTable:
+    """Parse and check a device file (standard library only): magic, a header of at most
+    ``MAX_HEADER_BYTES`` in strict JSON, format, every header key, the file's size (the one its header
+    gives, at most ``MAX_FILE_BYTES``: checked before the payload is read), checksum; a row's values
+    are checked before its first answer (``DeviceTable.eps``).
+
+    ``expect`` = (family, parameters): the mechanism the caller answers.  A file of another family,
+    or without a row of these parameters (None: any row of the family), is refused (DeviceFileError:
+    "another mechanism"), and the file answers that row only.  A checksum proves the file intact, not
+    who wrote it: with ``verified`` (the default) the file is answered from only where
+    ``lookup.trust.provenance`` vouches for its SHA-256 (shipped, built here by ``tablegen export``,
+    signed by a trusted key: a signature of ``signed_message``, which binds the family and rows, or
+    verified here), asked before the payload is read, else DeviceFileError naming the four ways;
+    ``verified=False`` reads it with ``DeviceTable.certified`` False (its answers are not certified)."""
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 12 or data[:8] != MAGIC:
+        info = os.fstat(f.fileno())
+        text = _header_text(path, f, info.st_size if stat.S_ISREG(info.st_mode) else -1)
+        header = _parse_header(path, text)
+        count = _check_layout(path, header, len(text), info.st_size)
+        expected = _expected_row(path, header, expect)
+        table = DeviceTable(header, array("f"), array("f"), text=text, expected=expected)
+        provenance = _provenance(path, header["sha256"], verified, table.signed_message())
+        sealed = hashlib.sha256(_v1_sealed(header) if header["format"] == 1 else _v2_sealed(text))
+        table.upper = _read_values(path, f, count, sealed)
+        table.lower = _read_values(path, f, count, sealed)
+        if f.read(1):
+            raise DeviceFileError(f"{path}: refused, it grew while it was read")
+    if sealed.hexdigest() != header["sha256"]:
+        raise DeviceFileError(f"{path}: refused, header and payload do not match their SHA-256 "
+                              "(corrupted or modified)")
+    table.provenance, table.certified = provenance, provenance != "unverified"
+    return table
+
+
+def _header_text(path: str, f: BinaryIO, size: int) -> bytes:
+    """The header of the open device file ``f`` of ``size`` bytes (-1: not a regular file), read after
+    its magic and length are checked (at most ``MAX_HEADER_BYTES``, within the file)."""
+    preamble = f.read(12) if size >= 12 else b""
+    if len(preamble) < 12 or preamble[:8] != MAGIC:
         raise DeviceFileError(f"{path}: not a shuffle-eps device file (bad magic)")
-    (length,) = struct.unpack_from("<I", data, 8)
-    if 12 + length > len(data):
-        raise DeviceFileError(f"{path}: refused, truncated (a header of {length} bytes, {len(data) - 12} follow)")
-    text = data[12:12 + length]
+    (length,) = struct.unpack_from("<I", preamble, 8)
+    if length > MAX_HEADER_BYTES:
+        raise DeviceFileError(f"{path}: refused, a header of {length} bytes, more than the {MAX_HEADER_BYTES} "
+                              "this reader reads")
+    text = f.read(length) if 12 + length <= size else b""
+    if len(text) < length:
+        raise DeviceFileError(f"{path}: refused, truncated (a header of {length} bytes, {size - 12} follow)")
+    return text
+
+
+def _parse_header(path: str, text: bytes) -> dict[str, Any]:
+    """The header ``text`` as strict JSON, of a format read here, its digest where format 2 puts it,
+    every key present with its type (``_check_header``)."""
     try:
         header = json.loads(text.decode(), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -231,44 +328,69 @@ def read_device(path: str, verified: bool = True) -> DeviceTable:
     fmt = header.get("format") if isinstance(header, dict) else None
     if isinstance(fmt, bool) or fmt not in FORMATS:
         raise DeviceFileError(f"{path}: unsupported format {fmt!r} (this reader: {', '.join(map(str, FORMATS))})")
-    payload = data[12 + length:]
-    if fmt == 1:
-        matches = checksum_v1(header, payload) == header.get("sha256")
-    else:
-        digest = digest_in(text)
-        if digest is None or header.get("sha256") != digest:
-            raise DeviceFileError(f"{path}: refused, the header does not end with its SHA-256 "
-                                  '(,"sha256":"<64 lowercase hex digits>"})')
-        matches = header_sha256(text, payload) == digest
-    if not matches:
-        raise DeviceFileError(f"{path}: refused, header and payload do not match their SHA-256 "
-                              "(corrupted or modified)")
+    if fmt == 2 and (digest_in(text) is None or header.get("sha256") != digest_in(text)):
+        raise DeviceFileError(f"{path}: refused, the header does not end with its SHA-256 "
+                              '(,"sha256":"<64 lowercase hex digits>"})')
     _check_header(path, header)
+    return header
+
+
+def _check_layout(path: str, header: dict[str, Any], length: int, size: int) -> int:
+    """The number of cells R E N D, where ``shape`` and ``dtype`` match the axes and rows and the file's
+    ``size`` is the one its header (of ``length`` bytes) gives, 12 + H + 8 R E N D, at most ``MAX_FILE_BYTES``."""
     shape = header["shape"]
     axes = [len(header["rows"]), len(header["eps0"]), len(header["n"]), len(header["delta"])]
     if (not all(type(v) is int for v in shape) or shape != axes or header.get("dtype") != "<f4"
             or len(header["eps0_monotone"]) != len(header["rows"])):
         raise DeviceFileError(f"{path}: header shape {shape} or dtype does not match its axes {axes}")
     count = math.prod(shape)
-    if len(payload) != 8 * count:
-        raise DeviceFileError(f"{path}: payload has {len(payload)} bytes, expected {8 * count}")
+    if 12 + length + 8 * count > MAX_FILE_BYTES:
+        raise DeviceFileError(f"{path}: refused, its header gives {12 + length + 8 * count} bytes, more than the "
+                              f"{MAX_FILE_BYTES} this reader reads")
+    if size != 12 + length + 8 * count:
+        raise DeviceFileError(f"{path}: refused, {size} bytes where its header gives {12 + length + 8 * count} "
+                              f"(a payload of {8 * count} bytes)")
+    return count
+
+
+def _expected_row(path: str, header: dict[str, Any], expect: tuple[str, dict[str, Any] | None] | None
+                  ) -> int | None:
+    """The row of the mechanism ``expect`` = (family, parameters) in the file (None where its
+    parameters are None, or no ``expect``); DeviceFileError where the file is another mechanism's."""
+    if expect is None:
+        return None
+    family, params = expect
+    rows = [canonical(p) for p in header["rows"]]
+    if header["family"] != family or (params is not None and canonical(params) not in rows):
+        want = family if params is None else f"{family} {canonical(params)}"
+        raise DeviceFileError(f"{path}: refused, a device file for another mechanism ({header['family']} "
+                              f"{' '.join(rows)}), not for {want}")
+    return None if params is None else rows.index(canonical(params))
+
+
+def _read_values(path: str, f: BinaryIO, count: int, sealed: Any) -> array:
+    """``count`` float32 values of ``f`` (little-endian in the file), their bytes hashed into ``sealed``."""
     values = array("f")
-    values.frombytes(payload)
+    try:
+        values.fromfile(f, count)
+    except EOFError:
+        raise DeviceFileError(f"{path}: refused, truncated while it was read") from None
+    sealed.update(values)
     if sys.byteorder == "big":
         values.byteswap()
-    return DeviceTable(header, values[:count], values[count:], _provenance(path, header["sha256"], verified))
+    return values
 
 
-def _provenance(path: str, digest: str, verified: bool) -> str:
-    """Why the device file with ``digest`` is trusted (``lookup.trust.provenance``); "unverified"
-    where not ``verified`` (not asked: the standard library alone reads it then), DeviceFileError
-    where nothing vouches for it."""
+def _provenance(path: str, digest: str, verified: bool, message: bytes) -> str:
+    """Why the device file with ``digest`` is trusted (``lookup.trust.provenance``; a signature must sign
+    ``message``); "unverified" where not ``verified`` (not asked: the standard library alone reads it
+    then), DeviceFileError where nothing vouches for it."""
     if not verified:
         return "unverified"
     from lookup import trust
 
     try:
-        how, why = trust.provenance(path, digest)
+        how, why = trust.provenance(path, digest, message)
     except ValueError as err:  # a trusted key's signature that does not verify, an unreadable key
         raise DeviceFileError(str(err)) from None
     if how is None:

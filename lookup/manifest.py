@@ -5,11 +5,16 @@ that none of them imports another for these."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 MANIFEST = "MANIFEST.sha256"
 SIGNATURE = "SIGNATURE.ed25519"  # optional, beside the manifest: an Ed25519 signature of it (lookup.trust)
 UNLISTED = (MANIFEST, SIGNATURE)  # the files of a store its manifest does not list
+# bounded reading (issue 43): a table of R rows lists 2 R + 17 files, the default table 59 (21 rows) in 4.9 KB
+MAX_LISTED_FILES = 4096
+MAX_MANIFEST_BYTES = 1 << 20
 
 
 class TableError(ValueError):
@@ -17,14 +22,36 @@ class TableError(ValueError):
 
 
 def read_manifest(store: Path) -> dict[str, str]:
-    """``MANIFEST.sha256`` (``sha256sum`` format) as relative path -> hex digest."""
-    return parse_manifest((store / MANIFEST).read_text())
+    """``MANIFEST.sha256`` (``sha256sum`` format) as relative path -> hex digest; TableError where
+    it is larger than ``MAX_MANIFEST_BYTES`` (refused before it is read) or lists too many files."""
+    with open(store / MANIFEST, "rb") as handle:
+        data = read_at_most(handle, MAX_MANIFEST_BYTES)
+    if data is None:
+        raise TableError(f"{store}: refused, {MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes (the reading "
+                         "limits of lookup/manifest.py)")
+    return parse_manifest(data.decode(), store)
 
 
-def parse_manifest(text: str) -> dict[str, str]:
-    """The text of a manifest as relative path -> hex digest."""
+def parse_manifest(text: str, store: str | Path = "") -> dict[str, str]:
+    """The text of a manifest as relative path -> hex digest; TableError where it lists more than
+    ``MAX_LISTED_FILES`` files (more than tables of our shapes have: each would be checked)."""
+    lines = text.splitlines()
+    if len(lines) > MAX_LISTED_FILES:
+        raise TableError(f"{store}: refused, its {MANIFEST} lists more than {MAX_LISTED_FILES} files (the reading "
+                         "limits of lookup/manifest.py)")
     listed = {}
-    for line in text.splitlines():
+    for line in lines:
         digest, _, rel = line.partition("  ")
         listed[rel] = digest
     return listed
+
+
+def read_at_most(handle: BinaryIO, limit: int) -> bytes | None:
+    """All of an open file, None where it is larger than ``limit`` bytes: its size asked of its
+    descriptor before anything is read (a sparse file costs nothing to ask; ``read(limit)`` would
+    allocate the limit), and None too where it grew past that size while read."""
+    size = os.fstat(handle.fileno()).st_size
+    if size > limit:
+        return None
+    data = handle.read(size)
+    return None if handle.read(1) else data

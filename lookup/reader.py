@@ -17,23 +17,26 @@ A store using anything else raises ``Unsupported`` when opened, and ``lookup.tab
 zarr instead.  Decoding uses numcodecs (zarr's codec library) and google-crc32c, both dependencies
 of zarr, imported on the first decode.
 
-Integrity (``Snapshot``): one directory descriptor, the manifest read through it, the store's
-file set compared with the manifest, and a descriptor opened through it on every listed file
-this module may read (not the arrays' own ``zarr.json``: the root's consolidated copy is read); a
-file's bytes are hashed when first read, re-read once on a mismatch, and refused if it persists.
-The descriptors pin the files of the table as opened: a row read later comes from that table even
-if another table has been published over it since (a publish swaps directories, then deletes the
-old one).  Each descriptor is closed once its file has been read and verified.  Files are opened
-without following symbolic links, and a listed path leaving the store (absolute, "..") is refused.
+Integrity (``Snapshot``): one directory descriptor, held while the table is, the manifest read
+through it and the store's file set compared with the manifest; each file is opened through it
+when first read (not the arrays' own ``zarr.json``: the root's consolidated copy is read), read,
+hashed and closed, re-read once on a mismatch, and refused if it persists.  No descriptor is held
+per file (issue 43: 30,000 listed files held 30,000): a row read after another table was published
+over this one comes from the directory opened while it exists (a publish renames it aside), and is
+refused, never mixed, once it is deleted (open the path again for the new table).  Files are opened
+without following symbolic links (a link in the store is refused at open), and a listed path
+leaving the store (absolute, "..") is refused.
 
 Bounded reading (issue 37): what a file declares is checked against limits before anything is
 allocated or decoded, so a forged store is refused in milliseconds and a few MB: a one-dimensional
 array (an axis, the labels) holds at most ``MAX_AXIS`` values, a decoded chunk at most
 ``MAX_CHUNK_BYTES``, a row along the first axis at most ``MAX_ROW_BYTES`` (as float64), a whole
-array read at once ``MAX_ARRAY_BYTES``, a file ``MAX_FILE_BYTES``; a compressed chunk must declare
+array read at once ``MAX_ARRAY_BYTES``, a file ``MAX_FILE_BYTES``, a metadata file (``zarr.json``)
+``MAX_METADATA_BYTES``, the manifest ``lookup.manifest.MAX_MANIFEST_BYTES`` and
+``MAX_LISTED_FILES`` lines, each size asked of the file before it is read; a compressed chunk must declare
 (blosc header, zstd frame content size) exactly the size its array's chunk shape gives, and a
 vlen-utf8 chunk exactly its number of items.  The default table is far inside every limit (rows of
-2.9 MB, a largest file of 0.5 MB).
+2.9 MB, a largest file of 0.5 MB, a largest zarr.json of 18 KB, 59 files).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import threading
 import weakref
 import zlib
@@ -52,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from lookup import codecs as decoders
-from lookup.manifest import MANIFEST, UNLISTED, TableError, parse_manifest
+from lookup.manifest import MANIFEST, MAX_MANIFEST_BYTES, UNLISTED, TableError, parse_manifest, read_at_most
 
 NUMBER_TYPES = {name: np.dtype(name) for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                   "uint32", "uint64", "float16", "float32", "float64")}
@@ -63,6 +67,8 @@ MAX_CHUNK_BYTES = 64 << 20  # a decoded chunk (the default table's row chunk: 2.
 MAX_ROW_BYTES = 128 << 20  # a row along the first axis, as float64 (the default table: 5.9 MB)
 MAX_ARRAY_BYTES = 1 << 30  # a whole array read at once, as float64 (the default table's eps: 123 MB)
 MAX_FILE_BYTES = 256 << 20  # one file of a store (the default table: 0.5 MB at most)
+MAX_METADATA_BYTES = 1 << 20  # one metadata file (the default table's zarr.json: 18 KB, its largest)
+METADATA = ("zarr.json", ".zattrs", ".zarray", ".zgroup", ".zmetadata")  # zarr v3 and v2 metadata files
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -80,57 +86,52 @@ class IntegrityError(TableError):
 
 
 class Snapshot:
-    """The files of a store as listed by its manifest, held open, each read at most once and
-    verified against its SHA-256 before it is returned."""
+    """The files of a store as listed by its manifest, each read at most once (opened through the
+    store's directory descriptor, read and closed) and verified against its SHA-256 before it is
+    returned."""
 
     def __init__(self, store: Path) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._files: dict[str, Any] = {}  # relative path -> open binary file, until it is read
         self._verified: dict[str, bytes] = {}
         self.refused = ""  # the first mismatch found: no file is read after it
-        self._finalizer = weakref.finalize(self, _close_all, self._files)
-        directory = _open_directory(store)
+        self._directory = _open_directory(store)
+        self._finalizer = weakref.finalize(self, _close_directory, self._directory)
         try:
-            with self._open(directory, MANIFEST) as manifest:
-                self.listed = parse_manifest(_read_bounded(store, MANIFEST, manifest).decode())
-            leaving = sorted(rel for rel in self.listed if not safe_relative(rel))
-            if leaving:
-                raise IntegrityError(store, f"the manifest lists {leaving[0]!r}, a path leaving the store")
-            present = set(_present(store, directory))
-            differ = sorted(present.symmetric_difference(self.listed))
-            # every file but the arrays' own metadata (the root's consolidated copy is read instead)
-            for rel in sorted(present.intersection(self.listed)):
-                if rel == "zarr.json" or not rel.endswith("/zarr.json"):
-                    try:
-                        self._files[rel] = self._open(directory, rel)
-                    except FileNotFoundError:  # removed since the listing
-                        differ.append(rel)
-        except OSError as err:
+            self.listed = self._listing()
+        except BaseException as err:
             self.close()
-            if err.errno == errno.ELOOP:
+            if isinstance(err, OSError) and err.errno == errno.ELOOP:
                 raise IntegrityError(store, "it holds a symbolic link (a store holds plain files only)") from None
             raise
-        finally:
-            if directory is not None:
-                os.close(directory)
-        if differ:
-            self.close()
-            raise IntegrityError(store, f"file set differs from the manifest ({differ[0]})")
 
-    def _open(self, directory: int | None, rel: str) -> Any:
+    def _listing(self) -> dict[str, str]:
+        """The manifest's listing (within its limits), once every listed path is inside the store
+        and the store holds exactly the files listed (``IntegrityError`` otherwise)."""
+        with self._open(MANIFEST) as manifest:
+            listed = parse_manifest(read_bounded(MANIFEST, manifest).decode(), self.store)
+        leaving = sorted(rel for rel in listed if not safe_relative(rel))
+        if leaving:
+            raise IntegrityError(self.store, f"the manifest lists {leaving[0]!r}, a path leaving the store")
+        differ = sorted(set(_present(self.store, self._directory)).symmetric_difference(listed))
+        if differ:
+            raise IntegrityError(self.store, f"file set differs from the manifest ({differ[0]})")
+        return listed
+
+    def _open(self, rel: str) -> Any:
         """``rel`` opened for reading, never through a symbolic link (ELOOP where it is one)."""
-        if directory is None:
+        if self._directory is None:
             if (self.store / rel).is_symlink():
                 raise OSError(errno.ELOOP, "symbolic link", rel)
-            return open(self.store / rel, "rb")  # noqa: SIM115 - held open until read
+            return open(self.store / rel, "rb")
         flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-        return open(os.open(rel, flags, dir_fd=directory), "rb")  # noqa: SIM115
+        return open(os.open(rel, flags, dir_fd=self._directory), "rb")
 
     def read(self, rel: str) -> bytes | None:
         """The verified bytes of ``rel``; None for a file the manifest does not list (a chunk
         never written).  Raises ``IntegrityError`` if the bytes differ from the manifest twice,
-        and for every file not read yet once that has happened (the table is refused)."""
+        or the file is gone, and for every file not read yet once that has happened (the table is
+        refused)."""
         with self._lock:
             if rel in self._verified:
                 return self._verified[rel]
@@ -138,35 +139,58 @@ class Snapshot:
                 return None
             if self.refused:
                 raise IntegrityError(self.store, self.refused)
-            handle = self._files[rel]
             for _ in range(2):  # a mismatch is re-read once before the table is refused
-                handle.seek(0)
-                data = _read_bounded(self.store, rel, handle)
+                data = self._read(rel)
                 if hashlib.sha256(data).hexdigest() == self.listed[rel]:
                     break
             else:
                 self.refused = f"{rel} does not match its SHA-256 in the manifest"
                 raise IntegrityError(self.store, self.refused)
             self._verified[rel] = data
-            self._files.pop(rel).close()
             return data
 
+    def _read(self, rel: str) -> bytes:
+        """The bytes of ``rel`` (opened, read within its limit, closed); ``IntegrityError`` where it
+        is gone (removed since the table was opened), a symbolic link or unreadable, ``Refused``
+        where it is larger than its limit."""
+        try:
+            with self._open(rel) as handle:
+                return read_bounded(rel, handle)
+        except FileNotFoundError:
+            self.refused = f"{rel} was removed since the table was opened (published over? open it again)"
+        except OSError as err:
+            self.refused = (f"{rel} is a symbolic link (a store holds plain files only)" if err.errno == errno.ELOOP
+                            else f"{rel} cannot be read ({err.strerror or err})")
+        raise IntegrityError(self.store, self.refused)
+
     def close(self) -> None:
-        """Close every descriptor not read yet (later reads of those files fail)."""
+        """Close the directory descriptor (later reads of files not read yet fail)."""
         self._finalizer()
+        self.refused = self.refused or "the table was closed"
 
 
-def _read_bounded(store: Path, rel: str, handle: Any) -> bytes:
-    """All of an open file, refused (``IntegrityError``) where it is larger than ``MAX_FILE_BYTES``
-    (asked of the descriptor first: ``read(limit)`` would allocate the limit)."""
-    if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
-        raise IntegrityError(store, f"{rel} is larger than {MAX_FILE_BYTES} bytes")
-    return handle.read()
+def read_bounded(rel: str, handle: Any) -> bytes:
+    """All of an open file, ``Refused`` where it is larger than its limit (``file_limit``: asked of
+    the descriptor first, so nothing larger is read)."""
+    limit = file_limit(rel)
+    data = read_at_most(handle, limit)
+    if data is None:
+        raise Refused(f"{rel} is larger than {limit} bytes")
+    return data
 
 
-def _close_all(files: dict[str, Any]) -> None:
-    for handle in files.values():
-        handle.close()
+def file_limit(rel: str) -> int:
+    """The most bytes the store's file ``rel`` may hold: its manifest ``MAX_MANIFEST_BYTES``, a metadata
+    file ``MAX_METADATA_BYTES``, any other ``MAX_FILE_BYTES``."""
+    name = rel.rsplit("/", 1)[-1]
+    if rel == MANIFEST:
+        return MAX_MANIFEST_BYTES
+    return MAX_METADATA_BYTES if name in METADATA else MAX_FILE_BYTES
+
+
+def _close_directory(directory: int | None) -> None:
+    if directory is not None:
+        os.close(directory)
 
 
 def safe_relative(rel: str) -> bool:
@@ -185,13 +209,20 @@ def _open_directory(store: Path) -> int | None:
 
 def _present(store: Path, directory: int | None) -> list[str]:
     """Relative paths of the store's files (the manifest and its signature excepted), through
-    ``directory`` if given."""
+    ``directory`` if given; OSError ELOOP where one is a symbolic link (a store holds plain files)."""
     if directory is None:
-        walk = ((os.path.relpath(root, store), files) for root, _, files in os.walk(store))
+        walk = ((os.path.relpath(root, store), files, None) for root, _, files in os.walk(store))
     else:
-        walk = ((root, files) for root, _, files, _ in os.fwalk(".", dir_fd=directory))
-    return [os.path.normpath(os.path.join(root, name)).replace(os.sep, "/")
-            for root, files in walk for name in files if name not in UNLISTED]
+        walk = ((root, files, fd) for root, _, files, fd in os.fwalk(".", dir_fd=directory))
+    found = []
+    for root, files, fd in walk:
+        for name in (name for name in files if name not in UNLISTED):
+            link = (os.stat(name, dir_fd=fd, follow_symlinks=False) if fd is not None
+                    else os.lstat(os.path.join(store, root, name))).st_mode
+            if stat.S_ISLNK(link):
+                raise OSError(errno.ELOOP, "symbolic link", name)
+            found.append(os.path.normpath(os.path.join(root, name)).replace(os.sep, "/"))
+    return found
 
 
 class StoreGroup:
@@ -308,7 +339,7 @@ class StoreArray:
             return self._decode(data)
         except IntegrityError:
             raise
-        except Exception as err:  # noqa: BLE001 - unreadable, a checksum or decompression failure: corrupted
+        except Exception as err:  # noqa: BLE001 - unreadable, too large, a checksum or decompression failure
             snapshot.refused = snapshot.refused or f"{rel} cannot be read ({type(err).__name__}: {err})"
             raise IntegrityError(snapshot.store, snapshot.refused) from None
 

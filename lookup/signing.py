@@ -1,17 +1,17 @@
 """Signing a table or device file with an Ed25519 key (``tablegen build/export --sign-key``):
 the producer's side of ``lookup.trust``, which checks such signatures.  The signature file (beside
 a store's manifest, or ``<device file>.sig``) holds the public key, the signature of
-``trust.SIGNED`` + the digest's hex digits, and the digest.  Needs ``cryptography``."""
+``trust.SIGNED`` + the digest's hex digits (a device file's: ``lookup.device.signed_message``, which
+binds its family and rows), and the digest.  Needs ``cryptography``."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from lookup.device import read_device
 from lookup.manifest import read_manifest
-from lookup.trust import SIGNED, listing_digest, signature_path
+from lookup.trust import SIGNED, atomic_write, listing_digest, signature_path
 
 
 def table_digest(path: str | Path) -> str:
@@ -24,7 +24,8 @@ def table_digest(path: str | Path) -> str:
 
 def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
     """Write the Ed25519 signature of the digest of the table or device file at ``path``
-    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where."""
+    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where.
+    A device file's signature signs ``lookup.device.signed_message``: its family and rows too."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -32,11 +33,10 @@ def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> P
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"--sign-key {key_file}: not an Ed25519 private key (openssl genpkey -algorithm ed25519)")
     public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    digest = digest or table_digest(path)
-    text = json.dumps({"public_key": public.hex(), "signature": key.sign(SIGNED + digest.encode()).hex(),
-                       "digest": digest})
+    device = None if Path(path).is_dir() else read_device(str(path), verified=False)  # its signer vouches for it
+    digest = device.header["sha256"] if device else digest or table_digest(path)
+    message = device.signed_message() if device else SIGNED + digest.encode()
+    text = json.dumps({"public_key": public.hex(), "signature": key.sign(message).hex(), "digest": digest})
     target = signature_path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+    atomic_write(target, text)
     return target

@@ -73,6 +73,7 @@ class Table:
     # with verified=False): its answers are labelled "certified": false
     certified: bool = False
     array_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)  # eps and eps_lower's own attributes
+    signed: bytes | None = None  # what a signature of it signs, where not trust.SIGNED + digest (a device file's)
 
     def __post_init__(self) -> None:
         if self.eps0_monotone is None:
@@ -148,7 +149,7 @@ def open_table(path: str | Path | Table | None = None, verified: bool = True) ->
     if os.path.islink(path) and not os.path.exists(path):
         raise TableError(f"{path}: a symbolic link to nothing; {hint}")
     if os.path.isfile(os.path.realpath(path)):
-        table = _open_device(os.path.realpath(path))
+        table = _open_device(os.path.realpath(path), verified)
     else:
         table = open_store(path, _load_table, hint)
     return _vouched(table, verified)
@@ -220,13 +221,15 @@ class MemoryGroup:
         return name in self._group
 
 
-def _open_device(path: str) -> Table:
+def _open_device(path: str, verified: bool) -> Table:
+    """The Table of the device file at ``path``, its provenance asked (``verified``) before its payload is
+    read (``read_device``; ``_vouched`` then vouches for it as for a store)."""
     from lookup.device import DeviceFileError, read_device
 
     key = (path, os.stat(path).st_mtime, "device")
     if key not in _OPEN:
         try:
-            d = read_device(path, verified=False)  # vouched for by lookup.trust, as a table
+            d = read_device(path, verified=verified)
         except DeviceFileError as err:
             raise TableError(str(err)) from None
         shape = d.shape
@@ -235,7 +238,7 @@ def _open_device(path: str) -> Table:
         h = d.header
         table = from_arrays(path, [h["family"]] * shape[0], h["rows"], h["eps0"], h["n"], h["delta"],
                             upper, lower, h.get("source", {}), h["eps0_monotone"])
-        table.digest = h["sha256"]
+        table.digest, table.signed = h["sha256"], d.signed_message()
         _OPEN[key] = table
     return _OPEN[key]
 
@@ -251,7 +254,7 @@ def read_verified_listing(store: Path, attempts: int = 2) -> tuple[dict[str, byt
     and checked against them); the table is then parsed, and its digest taken, from these only, so
     a table published over this one mid-read is either seen whole or detected (and the read
     retried), never mixed.  Symbolic links and listed paths leaving the store are refused."""
-    from lookup.reader import MAX_FILE_BYTES, safe_relative
+    from lookup.reader import Refused, read_bounded, safe_relative
 
     problem = ""
     for _ in range(attempts):
@@ -264,11 +267,12 @@ def read_verified_listing(store: Path, attempts: int = 2) -> tuple[dict[str, byt
             if target.is_symlink():
                 raise TableError(f"{store}: refused, {rel} is a symbolic link (a store holds plain files only)")
             try:
-                if target.stat().st_size > MAX_FILE_BYTES:
-                    raise TableError(f"{store}: refused, {rel} is larger than {MAX_FILE_BYTES} bytes")
-                files[rel] = target.read_bytes()
+                with open(target, "rb") as handle:  # one at a time, its size asked before it is read
+                    files[rel] = read_bounded(rel, handle)
             except OSError:
                 pass  # reported as missing below
+            except Refused as err:
+                raise TableError(f"{store}: refused, {err} (the reading limits of lookup/reader.py)") from None
         unlisted, missing, bad = manifest_mismatches(store, listed, files)
         if not (unlisted or missing or bad):
             return files, listed

@@ -52,6 +52,7 @@ import json
 import math
 import os
 import random
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -99,6 +100,29 @@ def read_small(path: str | Path) -> str:
     return data.decode()
 
 
+def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` all or nothing, never through a file or link planted beside it:
+    a new temporary file in the same directory, created exclusively (``O_CREAT | O_EXCL |
+    O_NOFOLLOW``, a random name, ``mode`` less the umask), flushed to disk where ``durable``, then
+    renamed over ``path`` (a link at ``path`` is replaced, not followed).  Every file this package
+    writes whole goes through here (manifests, device files, signatures, trust records, cache
+    entries, staging slices)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def listing_digest(listed: dict[str, str]) -> str:
     """SHA-256 of a manifest listing (relative path -> SHA-256 of the file) in its canonical
     text, one ``digest  path`` line per file sorted by path: it fixes every file's content."""
@@ -106,14 +130,19 @@ def listing_digest(listed: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance(path: str | Path, digest: str) -> tuple[str | None, str]:
+def provenance(path: str | Path, digest: str, message: bytes | None = None) -> tuple[str | None, str]:
     """(``"shipped"``, ``"signed"``, ``"built"``, ``"verified"`` or None, why not where None)
-    for the artefact at ``path`` whose files have ``digest``; TableError where a trusted key's
-    signature does not verify."""
+    for the artefact at ``path`` whose files have ``digest`` (a signature signs ``message``:
+    ``signed_by_trusted_key``); TableError where a trusted key's
+    signature does not verify; ValueError where a trusted key file is no Ed25519 public key (checked
+    first, whatever the artefact: a private key given as a trusted one is refused even where a
+    shipped table answers)."""
+    keys = trusted_key_files()
+    trusted_keys(keys)
     if digest in PINNED:
         return "shipped", ""
-    if trusted_key_files():
-        if signed_by_trusted_key(path, digest):
+    if keys:
+        if signed_by_trusted_key(path, digest, message):
             return "signed", ""
         why = "signed by a key that is not trusted" if signature_path(path).is_file() else "not signed"
         return None, f"{why}, and trusted keys are configured (${ENV_KEYS} / --trusted-key)"
@@ -128,13 +157,13 @@ def vouched_here(digest: str) -> str | None:
     return "shipped" if digest in PINNED else recorded(digest)
 
 
-def established(path: str | Path, digest: str, verified: bool = True) -> str:
+def established(path: str | Path, digest: str, verified: bool = True, message: bytes | None = None) -> str:
     """The provenance of the artefact at ``path`` whose files have ``digest`` (``provenance``),
     ``"unverified"`` where nothing vouches for it and ``verified`` is False.  TableError: refuted
     in this process, or nothing vouches for it and ``verified`` (the message names the four ways)."""
     if digest in _REFUTED:
         raise TableError(_REFUTED[digest])
-    how, why = provenance(path, digest)
+    how, why = provenance(path, digest, message)
     if how is None and verified:
         raise TableError(f"{path}: refused, nothing vouches for it ({why}). A table is answered from only if "
                          f"it was {WAYS}")
@@ -146,7 +175,7 @@ def vouch(table: Any, digest: str, verified: bool = True) -> None:
     have ``digest``, and spot-check it (``spot_check``) unless it is shipped.  TableError: refuted
     before, nothing vouches for it and ``verified`` (the message names the four ways), or a spot
     check fails (its record forgotten)."""
-    how = established(table.path, digest, verified)
+    how = established(table.path, digest, verified, getattr(table, "signed", None))  # a device file's: its own
     table.provenance, table.certified = how, how != "unverified"
     if how == "shipped":
         return  # released with this package: no engine time at open
@@ -336,9 +365,7 @@ def _record(digest: str, how: str, path: str | Path) -> bool:
     folder = cache_home() / "trusted"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = folder / f".{digest}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"digest": digest, "how": how, "path": str(path), "mac": tag}))
-        os.replace(tmp, folder / digest)
+        atomic_write(folder / digest, json.dumps({"digest": digest, "how": how, "path": str(path), "mac": tag}))
     except OSError:
         return False
     return True
@@ -355,8 +382,9 @@ def signature_path(path: str | Path) -> Path:
     return path / SIGNATURE if path.is_dir() else path.with_name(path.name + ".sig")
 
 
-def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
-    """True if ``path`` carries a signature of ``digest`` by a trusted key; False if it carries
+def signed_by_trusted_key(path: str | Path, digest: str, message: bytes | None = None) -> bool:
+    """True if ``path`` carries a signature of ``digest`` by a trusted key (of ``message``: a device
+    file's binds its mechanism, ``lookup.device.signed_message``; else ``SIGNED`` + ``digest``); False if it carries
     none, none by a trusted key, or no key is trusted; TableError if a trusted key's signature
     does not verify (the table changed after it was signed)."""
     keys = trusted_key_files()
@@ -368,32 +396,42 @@ def signed_by_trusted_key(path: str | Path, digest: str) -> bool:
         public, signature = bytes.fromhex(record["public_key"]), bytes.fromhex(record["signature"])
     except (OSError, ValueError, KeyError, TypeError):
         raise TableError(f"{path}: refused, its signature file {target.name} is malformed") from None
-    trusted = _public_keys(keys)
+    trusted = trusted_keys(keys)
     if public not in trusted:
         return False
     try:
-        trusted[public].verify(signature, SIGNED + digest.encode())
+        trusted[public].verify(signature, message or SIGNED + digest.encode())
     except Exception:  # noqa: BLE001 - cryptography's InvalidSignature, and any malformed signature
         raise TableError(f"{path}: refused, its signature by a trusted key does not verify (the table was changed "
                          "after it was signed)") from None
     return True
 
 
-def _public_keys(files: list[str]) -> dict[bytes, Any]:
-    """The Ed25519 public keys in PEM ``files`` by their raw bytes; ValueError naming a bad file."""
+def trusted_keys(files: list[str], source: str = f"${ENV_KEYS} / --trusted-key") -> dict[bytes, Any]:
+    """The Ed25519 public keys in PEM ``files`` by their raw bytes (none for no files);
+    ValueError, one line naming ``source`` (the option or variable that gave them) and the file,
+    for anything else: a private key above all (the signer's secret, never to be handed out)."""
+    if not files:
+        return {}
     try:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     except ImportError:
-        raise ValueError(f"${ENV_KEYS} / --trusted-key need the cryptography package: "
-                         'pip install "shuffle-eps[sign]"') from None
+        raise ValueError(f"{source} need the cryptography package: pip install \"shuffle-eps[sign]\"") from None
     keys = {}
     for name in files:
         try:
-            key = serialization.load_pem_public_key(Path(name).read_bytes())
-        except (OSError, ValueError) as err:
-            raise ValueError(f"trusted key {name}: cannot read an Ed25519 public key (PEM): {err}") from None
+            data = Path(name).read_bytes()
+        except OSError as err:
+            raise ValueError(f"{source} {name}: cannot be read ({err.strerror or err})") from None
+        if b"PRIVATE KEY-----" in data:
+            raise ValueError(f"{source} {name}: a private key, not a public key; give the public key "
+                             "(openssl pkey -in KEY -pubout) and keep the private key to its signer")
+        try:
+            key = serialization.load_pem_public_key(data)
+        except ValueError:
+            raise ValueError(f"{source} {name}: not an Ed25519 public key (PEM)") from None
         if not isinstance(key, Ed25519PublicKey):
-            raise ValueError(f"trusted key {name}: not an Ed25519 public key")
+            raise ValueError(f"{source} {name}: not an Ed25519 public key")
         keys[key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)] = key
     return keys

@@ -239,11 +239,12 @@ def check_provenance(result: SliceResult, expected: dict[str, str]) -> None:
                              f"{result.slice[0]}_{result.slice[1]} was refused")
 
 
-def accept(staging: Path, result: SliceResult) -> None:
-    """Write ``result`` to the staging store (slice, then its marker) once its provenance is this
-    process's own (``check_provenance``)."""
+def accept(staging: Path, result: SliceResult, stamp: dict[str, Any]) -> None:
+    """Write ``result`` to the staging store of the build ``stamp`` names (slice, then its marker
+    with the values' HMACs: ``store.write_slice``) once its provenance is this process's own
+    (``check_provenance``)."""
     check_provenance(result, provenance())
-    store.write_slice(staging, result.slice, result.eps, result.eps_lower)
+    store.write_slice(staging, result.slice, result.eps, result.eps_lower, stamp)
 
 
 def header(spec: Spec) -> dict[str, Any]:
@@ -289,13 +290,13 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
     left: list[tuple[int, int]] = []
     try:
         with _stopped_by_signals(), _connected(client, scheduler, workers, log) as cluster:
-            staging = store.open_staging(out, header(spec), spec.shape)  # only once the cluster answers
-            done = store.finished(staging, spec.n.size)
+            staging = store.open_staging(out, header(spec), spec.shape, log)  # only once the cluster answers
+            done = store.sealed_slices(staging, header(spec), spec.n.size, log)  # made here: the others recomputed
             left = todo(spec, done)
             log(f"{spec.slice_count} slices ({total} curves): {len(done)} already finished, {len(left)} to compute")
             results = _results(cluster, (task(spec, r, e) for r, e in left), spec.digest()[:12], log)
             for result in progress_bar(results, len(left), progress):
-                accept(staging, result)
+                accept(staging, result, header(spec))
     except (BuildInterrupted, BuildFailed) as stop:
         kept = len(store.finished(store.staging_path(out), spec.n.size))
         where = f"{kept} of {spec.slice_count} slices finished, kept in {store.staging_path(out)}; the same command " \
@@ -338,14 +339,15 @@ def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | 
     """Publish the finished staging store as the table at ``out``, one mechanism row at a time
     (``store.publish_rows``: the client holds one row of one variable, whatever the row count),
     and record it as built on this machine (``lookup.trust.record_built``, by the digest of the
-    bytes written) so that ``lookup`` answers from it here."""
+    bytes written) so that ``lookup`` answers from it here: every value published was read with
+    its HMAC verified (``store.slice_reader``), i.e. computed by this machine's build."""
     import dask.array
 
     from lookup.trust import record_built
 
     chunks = (1, *spec.shape[1:])
     lazy = {name: dask.array.zeros(spec.shape, chunks=chunks, dtype="f8") for name in store.VARIABLES}
-    digest = store.publish_rows(dataset(spec, lazy, history), out, store.slice_reader(staging),
+    digest = store.publish_rows(dataset(spec, lazy, history), out, store.slice_reader(staging, header(spec)),
                                 store.CERTIFIED_ROUNDING, sign_key=sign_key)
     record_built(out, digest)
 
@@ -617,11 +619,11 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
         f"processes, at most {budget:g} s")
     timed: dict[tuple[int, int], tuple[float, bool]] = {}
     with tempfile.TemporaryDirectory() as scratch:  # each result kept as a build keeps it, in a scratch staging store
-        staging = store.open_staging(Path(scratch) / "dry-run.zarr", header(spec), spec.shape)
+        staging = store.open_staging(Path(scratch) / "dry-run.zarr", header(spec), spec.shape, log)
         for pick, seconds, result in _time_in_pool(spec, picks, processes or len(_usable_cores()), budget):
             timed[pick] = (seconds, result is None)
             if result is not None:
-                accept(staging, result)
+                accept(staging, result, header(spec))
             log(f"  timed {_pick_label(spec, pick)}: {'>= ' if result is None else ''}{seconds:.2f} s")
         sizes = _sizes(spec, staging, store.finished(staging, spec.n.size))
     per_stratum = [[timed[p][0] for p in stratum if p in timed] for _, stratum in strata]
@@ -733,7 +735,7 @@ def _sizes(spec: Spec, staging: Path, timed: set[tuple[int, int]]) -> dict[str, 
              "client_bytes": max(CLIENT_MIN_BYTES, CLIENT_BASE_BYTES + CLIENT_ROW_COPIES * row_bytes)}
     if not timed:
         return sizes
-    read = store.slice_reader(staging)
+    read = store.slice_reader(staging, header(spec))
     staged = published = 0.0
     for name in store.VARIABLES:
         chunks = [staging / store.CELLS / name / "c" / str(r) / str(e) for r, e in timed]

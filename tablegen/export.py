@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import struct
 import time
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ import numpy as np
 from lookup.api import EPS0_MIN_TEXT
 from lookup.device import FORMAT, digest_in, encode
 from lookup.table import Table, canonical_params, open_table
-from lookup.trust import record_built
+from lookup.trust import atomic_write, record_built
 from tablegen import ENGINE_VERSION, __version__
 from tablegen.limits import EPS0_MIN
 from tablegen.store import round_float32
@@ -168,16 +167,15 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
 def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np.ndarray,
            record: bool = True) -> tuple[int, Path]:
     """Write a device file (format 2, sealed by ``lookup.device.encode``) atomically: a reader
-    never sees a half-written file (the bytes go to ``out.tmp``, renamed over ``out``); returns
+    never sees a half-written file, and nothing planted beside ``out`` is written through
+    (``lookup.trust.atomic_write``: a new temporary file, created exclusively, renamed); returns
     the header's length and the path.  With ``record`` (values from a trusted table or the
     engine), the SHA-256 of the bytes written is recorded as built here (``lookup.trust``)."""
     payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
     data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
     (header_bytes,) = struct.unpack_from("<I", data, 8)
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    atomic_write(out, data)
     if record:
         record_built(out, digest_in(data[12:12 + header_bytes]))
     return header_bytes, out

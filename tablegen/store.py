@@ -2,16 +2,22 @@
 
 Staging (``OUT.staging/``, next to the output so renames stay on one file system):
 
-* ``spec.json``: the canonical spec, its SHA-256 and the engine version; a staging store is
-  only resumed by the same spec and engine;
+* ``spec.json``: the canonical spec, its SHA-256, the engine version and an HMAC of the last two
+  (``staging_mac``: the per-user secret of the trust records); a staging store is only
+  resumed by the same spec and engine, and only if it was made here (``made_here``: the HMAC
+  verifies, the directory is this user's alone, mode 0700); any other is discarded, the log
+  saying so;
 * ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
   (mechanism, eps0) slice, zstd-compressed with a crc32c checksum, each written whole, once, by
   the client that received the slice from a worker (workers never see this store);
-* ``done/R_E/all``: an empty marker written after both chunks of slice (R, E).  A slice counts as
-  finished only through its marker, so a kill at any moment loses at most the slices being
-  written, and a torn chunk is simply recomputed.  (Staging stores begun before slices were the
-  unit have a chunk and a marker ``done/R_E/N`` per curve: a slice whose every curve has one is
-  finished, any other is recomputed whole.)
+* ``done/R_E/all``: the marker written after both chunks of slice (R, E), holding the HMAC of
+  each array's values with the build's identity and the slice (``slice_mac``).  A slice counts
+  as finished only through its marker, so a kill at any moment loses at most the slices being
+  written; a resume keeps only the slices whose values match their HMACs (``sealed_slices``) and
+  the publish reads only such values (``slice_reader``), so a table is recorded as built here
+  only for values this machine computed: a slice planted, edited, or whose chunk was torn is
+  recomputed ("N staged slices not made here: recomputed").  (Staging stores begun before the
+  HMACs, with empty markers or a marker ``done/R_E/N`` per curve, are recomputed whole.)
 
 Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
 certification settings), chunked per mechanism row, crc32c on every chunk, metadata
@@ -43,11 +49,13 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import hmac
 import json
 import math
 import os
 import shutil
 import socket
+import stat
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -56,8 +64,11 @@ from typing import Any
 
 import numpy as np
 
+from lookup import trust
 from lookup.manifest import MANIFEST, read_manifest
+from lookup.reader import read_bounded
 from lookup.table import manifest_mismatches, store_files
+from lookup.trust import atomic_write  # the one writer of whole files (exclusive temporary, renamed)
 
 CELLS = "cells.zarr"
 VARIABLES = ("eps", "eps_lower")
@@ -80,6 +91,8 @@ def staging_path(out: str | Path) -> Path:
 
 
 STAMP = ("spec_sha256", "engine_version")  # what makes two builds the same build
+STAGING_MAC = "shuffle-eps staging"  # begins what a staging HMAC covers (records and cache entries cover other texts)
+_PROCESS_KEY = os.urandom(32)  # the staging HMAC's key where no per-user secret can be made (``staging_mac``)
 
 
 def same_build(stamp: dict[str, Any], header: dict[str, Any]) -> bool:
@@ -92,14 +105,16 @@ def up_to_date(out: str | Path, header: dict[str, Any]) -> bool:
     return same_build(root_attributes(out), header) and not staging_path(out).exists()
 
 
-def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path], None]) -> Path:
-    """The staging directory of ``out``: reopened if it was started by the same spec and engine
-    (``header``'s spec_sha256 and engine_version), else created, prepared by ``setup`` and only
-    then stamped with ``header``.  A directory without the stamp (a kill during ``setup``, or
-    during the removal after a publish) is emptied first."""
+def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path], None],
+                  log: Callable[[str], None] = print) -> Path:
+    """The staging directory of ``out``: reopened if it was made here (``made_here``) by the same
+    spec and engine (``header``'s spec_sha256 and engine_version), else created (mode 0700),
+    prepared by ``setup`` and only then stamped with ``header`` and its HMAC.  A directory without
+    an authentic stamp (a kill during ``setup`` or during the removal after a publish, or one
+    planted, copied or made under another user's secret) is discarded first, the log saying so."""
     staging = staging_path(out)
     spec_file = staging / "spec.json"
-    if spec_file.exists():
+    if made_here(staging):
         old = json.loads(spec_file.read_text())
         if not same_build(old, header):
             raise StoreError(
@@ -108,11 +123,67 @@ def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path
                 "remove it or pass --fresh to start over"
             )
         return staging
-    shutil.rmtree(staging, ignore_errors=True)  # no stamp: nothing in it can be trusted (a torn setup or cleanup)
-    staging.mkdir(parents=True)
+    if os.path.lexists(spec_file):
+        log(f"{staging} was not made here (its stamp has no HMAC of this user's secret, or the directory is not this "
+            "user's alone): discarded; every slice staged in it is recomputed")
+    _discard(staging)
+    staging.mkdir(parents=True, mode=0o700)
     setup(staging)
-    atomic_write(spec_file, json.dumps(header, indent=1, sort_keys=True))
+    atomic_write(spec_file, json.dumps({**header, "mac": staging_mac(_stamp_text(header))}, indent=1, sort_keys=True))
     return staging
+
+
+def made_here(staging: Path) -> bool:
+    """Whether ``staging`` is a directory of this user's alone (not a link, owned by this user,
+    writable by no one else) whose stamp carries the HMAC of this user's secret (``lookup.trust``)."""
+    try:
+        info = os.lstat(staging)
+        owned = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+        if not (stat.S_ISDIR(info.st_mode) and owned and not info.st_mode & 0o022):
+            return False
+        stamp = json.loads((staging / "spec.json").read_text())
+        return isinstance(stamp["mac"], str) and hmac.compare_digest(staging_mac(_stamp_text(stamp)), stamp["mac"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or no build's identity in it
+        return False
+
+
+def _discard(staging: Path) -> None:
+    """Remove ``staging`` (a link itself, never what it points to); StoreError where it stays."""
+    if staging.is_symlink() or (staging.exists() and not staging.is_dir()):
+        staging.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
+    if os.path.lexists(staging):
+        raise StoreError(f"{staging} is not this build's staging and cannot be removed: remove it, then build again")
+
+
+def _stamp_text(stamp: dict[str, Any]) -> str:
+    """What a staging stamp's HMAC covers: the build's identity (``STAMP``)."""
+    return json.dumps([STAGING_MAC, "stamp", *(stamp[key] for key in STAMP)])
+
+
+def slice_mac(stamp: dict[str, Any], cell: tuple[int, int], name: str, values: np.ndarray) -> str:
+    """HMAC of the values of variable ``name`` of staged slice ``cell`` of the build ``stamp``
+    names: its identity, the slice, the variable, the shape and the SHA-256 of the float64 bytes
+    (``staging_mac``)."""
+    return staging_mac(_slice_text(stamp, cell, name, values))
+
+
+def slice_authentic(stamp: dict[str, Any], cell: tuple[int, int], name: str, values: np.ndarray, tag: Any) -> bool:
+    """Whether ``tag`` is ``slice_mac`` of these values: computed and staged by this user here."""
+    return isinstance(tag, str) and hmac.compare_digest(slice_mac(stamp, cell, name, values), tag)
+
+
+def staging_mac(text: str) -> str:
+    """HMAC-SHA256 of ``text`` with the per-user secret of the trust records (``lookup.trust.secret``),
+    or, where none can be made (no writable cache home), a key of this process alone: its own
+    slices are then published, and a later build recomputes them."""
+    return hmac.new(trust.secret() or _PROCESS_KEY, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _slice_text(stamp: dict[str, Any], cell: tuple[int, int], name: str, values: np.ndarray) -> str:
+    values = np.ascontiguousarray(values, dtype="<f8")
+    return json.dumps([STAGING_MAC, "slice", *(stamp[key] for key in STAMP), [int(i) for i in cell], name,
+                       list(values.shape), hashlib.sha256(values.tobytes()).hexdigest()])
 
 
 def remove_staging(staging: Path) -> None:
@@ -122,8 +193,10 @@ def remove_staging(staging: Path) -> None:
     shutil.rmtree(staging)
 
 
-def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]) -> Path:
-    """Create (or reopen, if started by the same spec and engine) the staging store of ``out``."""
+def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...],
+                 log: Callable[[str], None] = print) -> Path:
+    """Create (or reopen, if made here by the same spec and engine: ``claim_staging``) the
+    staging store of ``out``."""
 
     def setup(staging: Path) -> None:
         import zarr
@@ -135,7 +208,7 @@ def open_staging(out: str | Path, header: dict[str, Any], shape: tuple[int, ...]
             group.create_array(name, shape=shape, chunks=(1, 1, *shape[2:]), dtype="f8", fill_value=np.nan,
                                serializer=BytesCodec(), compressors=[ZstdCodec(level=3), Crc32cCodec()])
 
-    return claim_staging(out, header, setup)
+    return claim_staging(out, header, setup, log)
 
 
 def finished(staging: Path, n_count: int) -> set[tuple[int, int]]:
@@ -155,38 +228,66 @@ def finished(staging: Path, n_count: int) -> set[tuple[int, int]]:
     return slices
 
 
-def write_slice(staging: str | Path, cell: tuple[int, int], eps: np.ndarray, eps_lower: np.ndarray) -> None:
-    """Write slice ``cell`` = (row, eps0) whole (both arrays, every n and delta), then its marker."""
+def write_slice(staging: str | Path, cell: tuple[int, int], eps: np.ndarray, eps_lower: np.ndarray,
+                stamp: dict[str, Any]) -> None:
+    """Write slice ``cell`` = (row, eps0) whole (both arrays, every n and delta), then its marker
+    holding each array's ``slice_mac`` for the build ``stamp`` names."""
     import zarr
 
     staging = Path(staging)
     r, e = cell
+    tags = {}
     for name, values in zip(VARIABLES, (eps, eps_lower), strict=True):
         zarr.open_array(staging / CELLS / name, mode="r+")[r, e] = values
+        tags[name] = slice_mac(stamp, cell, name, values)
     marker = staging / "done" / f"{r}_{e}" / "all"
     marker.parent.mkdir(exist_ok=True)
-    marker.touch()
+    atomic_write(marker, json.dumps(tags))
 
 
-def slice_reader(staging: Path) -> Callable[[str, int, int], np.ndarray]:
+def slice_reader(staging: Path, stamp: dict[str, Any]) -> Callable[[str, int, int], np.ndarray]:
     """``read(name, r, e)``: variable ``name`` (n, delta) of finished slice (``r``, ``e``), the
-    arrays opened once.  Refuses missing values in ``eps`` (a marker whose chunk was lost, e.g.
-    to a power cut before the data reached the disk) and removes that slice's marker, so the next
-    build recomputes it."""
+    arrays opened once, as written by this user here for the build ``stamp`` names: values whose
+    ``slice_mac`` is not the one their marker holds (staged elsewhere, planted, edited, or a chunk
+    lost to a power cut after its marker reached the disk) are refused with StoreError and that
+    slice's marker is removed, so the next build recomputes it."""
     import zarr
 
     arrays = {name: zarr.open_array(staging / CELLS / name, mode="r") for name in VARIABLES}
 
     def read(name: str, r: int, e: int) -> np.ndarray:
         values = arrays[name][r, e]
-        missing = np.flatnonzero(np.isnan(values).any(axis=-1)) if name == "eps" else ()
-        if len(missing):
+        try:
+            tag = json.loads(trust.read_small(staging / "done" / f"{r}_{e}" / "all")).get(name)
+        except (OSError, ValueError, AttributeError):
+            tag = None
+        if not slice_authentic(stamp, (r, e), name, values, tag):
             shutil.rmtree(staging / "done" / f"{r}_{e}", ignore_errors=True)
-            raise StoreError(f"{staging}: curve {(r, e, int(missing[0]))} has a marker but no values; the markers "
-                             "of its slice were removed, run the build again to recompute it")
+            raise StoreError(f"{staging}: slice {r}_{e} was not staged here (no HMAC of this machine's over its "
+                             "values); its marker was removed, run the build again to recompute it")
         return values
 
     return read
+
+
+def sealed_slices(staging: Path, stamp: dict[str, Any], n_count: int,
+                  log: Callable[[str], None] = print) -> set[tuple[int, int]]:
+    """The finished slices (``finished``) whose values this user staged here for the build
+    ``stamp`` names (``slice_reader``); the markers of the others are removed, so they are
+    recomputed, and the log says how many."""
+    read = slice_reader(staging, stamp)
+    done, sealed = finished(staging, n_count), set()
+    for r, e in sorted(done):
+        try:
+            for name in VARIABLES:
+                read(name, r, e)
+        except StoreError:
+            continue
+        sealed.add((r, e))
+    if len(done) > len(sealed):
+        log(f"{len(done) - len(sealed)} staged slices not made here: recomputed (no HMAC of this machine's over "
+            "their values)")
+    return sealed
 
 
 def root_attributes(out: str | Path) -> dict[str, Any]:
@@ -209,7 +310,11 @@ def build_lock(out: str | Path, command: str = "") -> Iterator[None]:
     lock = lock_path(out)
     lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link planted at OUT.lock (it would truncate what it points to)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            raise StoreError(f"cannot open the build lock {lock}: {err.strerror or err} (a symbolic link there is "
+                             "refused: remove it)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -255,7 +360,9 @@ def _clear_leftovers(out: Path) -> None:
         pid = stale.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or (int(pid) != os.getpid() and _process_alive(int(pid))):
             continue
-        if stale.name.startswith(f"{out.name}.old-") and not out.exists() and (stale / MANIFEST).is_file():
+        if stale.is_symlink():  # planted: removed itself, never followed
+            stale.unlink()
+        elif stale.name.startswith(f"{out.name}.old-") and not out.exists() and (stale / MANIFEST).is_file():
             os.rename(stale, out)
         else:
             shutil.rmtree(stale)
@@ -416,6 +523,10 @@ def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str 
     check_replaceable(out)
     tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
     try:
+        os.mkdir(tmp, 0o755)  # exclusively: never into a folder or link planted under this name
+    except FileExistsError:
+        raise StoreError(f"{tmp} appeared while this build was publishing; remove it and build again") from None
+    try:
         write(tmp)
         digest = listing_digest(write_manifest(tmp))
         problems = check_manifest(tmp) + check_chunks(tmp)
@@ -460,7 +571,8 @@ class _FilesRead(Mapping[str, bytes]):
     def __getitem__(self, rel: str) -> bytes:
         if rel not in self.names:
             raise KeyError(rel)
-        return (self.store / rel).read_bytes()
+        with (self.store / rel).open("rb") as handle:  # a file over its limit is refused unread
+            return read_bounded(rel, handle)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
@@ -483,16 +595,6 @@ def check_chunks(store: str | Path) -> list[str]:
             except Exception as err:  # noqa: BLE001 - any decode failure is a corrupted chunk
                 problems.append(f"{name} chunk {index}: {type(err).__name__}: {err}")
     return problems
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` all or nothing: a temporary file, flushed to disk, renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _swap_into_place(new: Path, out: Path) -> None:

@@ -2,7 +2,9 @@
 the engine, and live recomputation of slices (``--sample``, or every slice: ``--full``).
 
 A (mechanism, eps0) slice is recomputed as the build computed it (``build.slice_values``: every n
-and delta at once, at the table's recorded settings) and rounded as the store rounds, so with the
+and delta at once, at the table's recorded settings) and rounded as tablegen's store rounds (its
+constants: ``store.MANTISSA_BITS``, ``store.CERTIFIED_ROUNDING``; never the table's own
+attributes, and a table declaring any other quantization is refused: ``declared_rounding``), so with the
 engine that built the table, on the machine that built it, it equals the stored values bit for
 bit; elsewhere a different floating-point path may move a crossing of the engine's 1% eps ladder
 by one step, which is the tolerance (plus one quantum of the compact store) in the safe direction:
@@ -80,9 +82,12 @@ def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
     table, problems = reader_checks(path)
     if problems:
         return problems
+    problems = declared_rounding(table)
+    if problems:
+        return problems
     problems = monotone_flags(table)
     eps, low = np.asarray(table.upper), np.asarray(table.lower)
-    if np.any(eps > stored_like(table.array_attrs.get("eps", {}), table.eps0)[None, :, None, None]):
+    if np.any(eps > stored_like(table, "eps", table.eps0)[None, :, None, None]):
         problems.append("eps: values above eps0 (never certified beyond the local guarantee)")
     if np.any(low > eps):
         problems.append("eps_lower: values above the certified eps")
@@ -168,13 +173,36 @@ def _certified_below(task: Task, ns: list[int], got: np.ndarray, want: np.ndarra
     return out
 
 
-def stored_like(attrs: dict[str, Any], values: np.ndarray) -> np.ndarray:
-    """``values`` rounded as the variable whose attributes are ``attrs`` was when stored (its
-    ``quantization_*`` attributes; unchanged for a float64 store)."""
-    if "quantization_bits" not in attrs:
+def declared_rounding(table: Any) -> list[str]:
+    """Problems where variable ``eps`` or ``eps_lower`` of ``table`` declares a rounding other
+    than the one tablegen writes (``store.quantization_attributes`` of ``store.CERTIFIED_ROUNDING``
+    with ``store.MANTISSA_BITS``).  The check's rounding and tolerance are this code's constants,
+    never the file's: a table declaring 0 mantissa bits rounded down would otherwise pass with
+    every eps halved."""
+    problems = []
+    for name, up in store.CERTIFIED_ROUNDING.items():
+        declared = {k: v for k, v in table.array_attrs.get(name, {}).items() if k.startswith("quantization")}
+        ours = store.quantization_attributes(up, store.MANTISSA_BITS)
+        if declared and declared != ours:
+            problems.append(f"{table.path}: {name} declares the quantization {declared}, not tablegen's "
+                            f"({ours['quantization_bits']} mantissa bits rounded {ours['quantization_rounding']}): "
+                            "refused, its values cannot be checked as tablegen stores them")
+    return problems
+
+
+def _quantized(table: Any, name: str) -> bool:
+    """Whether variable ``name`` is stored compact (it declares tablegen's quantization:
+    ``declared_rounding`` refused any other); else float64, compared as it is."""
+    return "quantization_bits" in table.array_attrs.get(name, {})
+
+
+def stored_like(table: Any, name: str, values: np.ndarray) -> np.ndarray:
+    """``values`` rounded as tablegen stores variable ``name`` of ``table`` (``round_float32`` in
+    the direction of ``store.CERTIFIED_ROUNDING`` to ``store.MANTISSA_BITS`` where it is compact;
+    unchanged for a float64 store): this code's constants, never the file's attributes."""
+    if not _quantized(table, name):
         return np.asarray(values, dtype=float)
-    up = attrs["quantization_rounding"] == "up"
-    return store.round_float32(values, up, int(attrs["quantization_bits"])).astype(float)
+    return store.round_float32(values, store.CERTIFIED_ROUNDING[name], store.MANTISSA_BITS).astype(float)
 
 
 def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str]:
@@ -191,9 +219,9 @@ def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str
     label = f"{table.labels()[r]} eps0={task.eps0:g}"
     problems = []
     for name, got, want in zip(store.VARIABLES, stored, live, strict=True):
-        attrs = table.array_attrs.get(name, {})
-        want = stored_like(attrs, want)  # on the building machine: equal bit for bit
-        tolerance = RECOMPUTE_RTOL + 2.0 ** -attrs.get("quantization_bits", 52)  # plus one quantum
+        want = stored_like(table, name, want)  # on the building machine: equal bit for bit
+        quantum = 2.0 ** -(store.MANTISSA_BITS if _quantized(table, name) else 52)  # ours, never the file's
+        tolerance = RECOMPUTE_RTOL + quantum  # plus one quantum
         above, below = (got, want) if name == "eps" else (want, got)  # certified eps up, proved lower bound down
         close = ((below <= above) & (above <= below * (1 + tolerance))) | (np.isnan(got) & np.isnan(want))
         if name == "eps":

@@ -490,6 +490,7 @@ static int j_equal(const unsigned char *a, size_t na, size_t ia, const unsigned 
 /* ------------------------------------------------------------------ opening */
 
 static const unsigned char MAGIC[8] = {'S', 'H', 'E', 'P', 'S', 'D', 'V', '1'};
+static const char HEX[] = "0123456789abcdef"; /* lowercase hex digits, as digests are written */
 static const char DIGEST_KEY[] = ",\"sha256\":\""; /* the header ends with DIGEST_KEY, 64 hex digits, "} */
 #define DIGEST_KEY_LEN 11u
 #define DIGEST_SUFFIX_LEN (DIGEST_KEY_LEN + 64u + 2u)
@@ -579,34 +580,27 @@ static int mul_size(size_t a, size_t b, size_t *out) {
     return 1;
 }
 
-int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t size, double *work, size_t work_len) {
-    const unsigned char *h;
-    size_t hn, at, key, value, k, where[K_COUNT], i, e, count, payload_len, shape[4] = {0, 0, 0, 0}, counts[4];
-    unsigned char digest[32];
-    sha256_state st;
-    static const char zeros[65] = "0000000000000000000000000000000000000000000000000000000000000000";
-    static const char hex[] = "0123456789abcdef";
-    double *out;
-    int status;
-
-    if (t == NULL) return SHUFFLE_EPS_E_ARGUMENT;
-    memset(t, 0, sizeof *t);
-    if (bytes == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+/* the preamble of bytes[0..size): the magic and *hn, the header's length (at most SHUFFLE_EPS_MAX_HEADER) */
+static int check_preamble(const unsigned char *bytes, size_t size, size_t *hn) {
     if (size < 12) return SHUFFLE_EPS_E_TRUNCATED;
     if (memcmp(bytes, MAGIC, 8) != 0) return SHUFFLE_EPS_E_MAGIC;
-    hn = u32le(bytes + 8);
-    if (hn > size - 12) return SHUFFLE_EPS_E_TRUNCATED;
-    h = bytes + 12;
+    *hn = u32le(bytes + 8);
+    if (*hn > SHUFFLE_EPS_MAX_HEADER) return SHUFFLE_EPS_E_TOO_LARGE;
+    return *hn > size - 12 ? SHUFFLE_EPS_E_TRUNCATED : SHUFFLE_EPS_OK;
+}
+
+/* the header h[0..hn): UTF-8, strict JSON, format, the digest field, every key with its type, the
+ * axes and the shape; where[k] the value of key k, shape[] = [R, E, N, D] */
+static int check_header(const unsigned char *h, size_t hn, size_t where[K_COUNT], size_t shape[4]) {
+    size_t at, key, value, k, i, e, counts[4];
     if (!utf8_valid(h, hn)) return SHUFFLE_EPS_E_ENCODING;
     if (!j_check_document(h, hn)) return SHUFFLE_EPS_E_JSON;
-
     for (k = 0; k < K_COUNT; k++) where[k] = 0;
     at = j_ws(h, hn, 0);
     while (j_member(h, hn, &at, &key, &value))
         for (k = 0; k < K_COUNT; k++)
             if (j_string_is(h, key, KEY_NAMES[k])) where[k] = value;
 
-    /* format, then the SHA-256 (the header bytes with the 64 digest digits as '0', then the payload) */
     if (!where[K_FORMAT] || !j_is_number(h, where[K_FORMAT]) ||
         j_number(h, hn, where[K_FORMAT]) != (double)SHUFFLE_EPS_DEVICE_FORMAT)
         return SHUFFLE_EPS_E_FORMAT;
@@ -615,15 +609,6 @@ int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t si
         return SHUFFLE_EPS_E_DIGEST_FIELD;
     for (i = hn - 66; i < hn - 2; i++)
         if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return SHUFFLE_EPS_E_DIGEST_FIELD;
-    sha256_init(&st);
-    sha256_update(&st, h, hn - 66);
-    sha256_update(&st, (const unsigned char *)zeros, 64);
-    sha256_update(&st, h + hn - 2, 2);
-    sha256_update(&st, h + hn, size - 12 - hn);
-    sha256_final(&st, digest);
-    for (i = 0; i < 32; i++)
-        if (h[hn - 66 + 2 * i] != hex[digest[i] >> 4] || h[hn - 66 + 2 * i + 1] != hex[digest[i] & 15])
-            return SHUFFLE_EPS_E_CHECKSUM;
 
     /* every key present with its type (lookup/device.py HEADER_KEYS) */
     for (k = K_FAMILY; k < K_COUNT; k++) {
@@ -653,11 +638,65 @@ int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t si
         shape[i] = counts[i];
         i++;
     }
-    count = 1;
+    return SHUFFLE_EPS_OK;
+}
+
+/* 12 + hn + 8 R E N D, the size of the file (at most SHUFFLE_EPS_MAX_FILE) */
+static int file_size(size_t hn, const size_t shape[4], size_t *size) {
+    size_t count = 8, i;
     for (i = 0; i < 4; i++)
-        if (!mul_size(count, shape[i], &count)) return SHUFFLE_EPS_E_PAYLOAD;
+        if (!mul_size(count, shape[i], &count)) return SHUFFLE_EPS_E_TOO_LARGE;
+    if (count > SHUFFLE_EPS_MAX_FILE - 12 - hn) return SHUFFLE_EPS_E_TOO_LARGE;
+    *size = 12 + hn + count;
+    return SHUFFLE_EPS_OK;
+}
+
+int shuffle_eps_file_size(const unsigned char *head, size_t len, size_t *size) {
+    size_t hn = 0, where[K_COUNT], shape[4] = {0, 0, 0, 0};
+    int status;
+    if ((head == NULL && len > 0) || size == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    if (len < 12) {
+        *size = 12;
+        return SHUFFLE_EPS_E_MORE;
+    }
+    status = check_preamble(head, len, &hn);
+    if (status == SHUFFLE_EPS_E_TRUNCATED) {
+        *size = 12 + hn;
+        return SHUFFLE_EPS_E_MORE;
+    }
+    if (status == SHUFFLE_EPS_OK) status = check_header(head + 12, hn, where, shape);
+    return status == SHUFFLE_EPS_OK ? file_size(hn, shape, size) : status;
+}
+
+int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t size, double *work, size_t work_len) {
+    const unsigned char *h;
+    size_t hn = 0, at, where[K_COUNT], i, e, expected, payload_len, shape[4] = {0, 0, 0, 0};
+    unsigned char digest[32];
+    sha256_state st;
+    static const char zeros[65] = "0000000000000000000000000000000000000000000000000000000000000000";
+    double *out;
+    int status;
+
+    if (t == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    memset(t, 0, sizeof *t);
+    if (bytes == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    if ((status = check_preamble(bytes, size, &hn)) != SHUFFLE_EPS_OK) return status;
+    h = bytes + 12;
+    if ((status = check_header(h, hn, where, shape)) != SHUFFLE_EPS_OK) return status;
+    if ((status = file_size(hn, shape, &expected)) != SHUFFLE_EPS_OK) return status;
+    if (size != expected) return SHUFFLE_EPS_E_PAYLOAD;
     payload_len = size - 12 - hn;
-    if (!mul_size(count, 8, &count) || payload_len != count) return SHUFFLE_EPS_E_PAYLOAD;
+
+    /* the SHA-256 of the header bytes with the 64 digest digits as '0', then the payload */
+    sha256_init(&st);
+    sha256_update(&st, h, hn - 66);
+    sha256_update(&st, (const unsigned char *)zeros, 64);
+    sha256_update(&st, h + hn - 2, 2);
+    sha256_update(&st, h + hn, payload_len);
+    sha256_final(&st, digest);
+    for (i = 0; i < 32; i++)
+        if (h[hn - 66 + 2 * i] != HEX[digest[i] >> 4] || h[hn - 66 + 2 * i + 1] != HEX[digest[i] & 15])
+            return SHUFFLE_EPS_E_CHECKSUM;
 
     t->header = h, t->header_len = hn;
     t->upper = h + hn, t->lower = h + hn + payload_len / 2;
@@ -706,11 +745,12 @@ static size_t first_above(const double *axis, size_t len, double x) {
     return lo;
 }
 
-static size_t rows_array(const shuffle_eps_table *t) {
+/* where the value of the header's member name starts (an opened table has every required key) */
+static size_t member_value(const shuffle_eps_table *t, const char *name) {
     size_t at = j_ws(t->header, t->header_len, 0), key, value;
     while (j_member(t->header, t->header_len, &at, &key, &value))
-        if (j_string_is(t->header, key, "rows")) return value;
-    return 0; /* not reached: an opened table has rows */
+        if (j_string_is(t->header, key, name)) return value;
+    return 0; /* not reached */
 }
 
 static int find_row(const shuffle_eps_table *t, const char *params, size_t *row) {
@@ -723,7 +763,7 @@ static int find_row(const shuffle_eps_table *t, const char *params, size_t *row)
     pn = strlen(params);
     start = j_ws(p, pn, 0);
     if (!utf8_valid(p, pn) || !j_check_document(p, pn)) return SHUFFLE_EPS_E_PARAMS;
-    at = rows_array(t);
+    at = member_value(t, "rows");
     while (j_next(t->header, t->header_len, &at, &e)) {
         if (j_equal(p, pn, start, t->header, t->header_len, e, 1)) {
             *row = r;
@@ -747,7 +787,13 @@ int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double 
     if (!t->vouched) return SHUFFLE_EPS_E_UNTRUSTED;
     if (!(eps0 > 0 && eps0 < INFINITY && n >= 1 && n < INFINITY && delta > 0 && delta < 1))
         return SHUFFLE_EPS_E_QUERY;
-    if ((status = find_row(t, params_json, &r)) != SHUFFLE_EPS_OK) return status;
+    if (params_json == NULL && t->expected_row != SHUFFLE_EPS_ANY_ROW) {
+        r = t->expected_row;
+    } else if ((status = find_row(t, params_json, &r)) != SHUFFLE_EPS_OK) {
+        return status;
+    } else if (t->expected_row != SHUFFLE_EPS_ANY_ROW && r != t->expected_row) {
+        return SHUFFLE_EPS_E_MECHANISM;
+    }
     e = first_at_least(t->eps0, t->n_eps0, eps0); /* eps0 rounded up */
     if (e == t->n_eps0) return SHUFFLE_EPS_E_EPS0_ABOVE;
     j = first_above(t->n, t->n_n, n); /* n rounded down: the index before */
@@ -777,12 +823,29 @@ int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double 
 
 /* ------------------------------------------------------------------ trust */
 
-static const char SIGNED[] = "shuffle-eps table digest "; /* then the 64 hex digits of the file's SHA-256 */
+/* what a signature signs (lookup/device.py signed_message): this, the family, "\nrows ", the SHA-256 of the
+ * header's rows as written (hex), "\nsha256 ", the file's digest */
+static const char SIGNED[] = "shuffle-eps device file 2\nfamily ";
 
-int shuffle_eps_trust_bundled(shuffle_eps_table *t) {
-    if (t == NULL || !t->ready) return SHUFFLE_EPS_E_ARGUMENT;
-    t->vouched = 1;
+/* the file is for the mechanism expected: its family, and a row of the parameters params_json (NULL: any row);
+ * that row (or SHUFFLE_EPS_ANY_ROW) kept as the only one answered */
+static int expect(shuffle_eps_table *t, const char *family, const char *params_json) {
+    size_t row = SHUFFLE_EPS_ANY_ROW;
+    int status;
+    if (t == NULL || !t->ready || family == NULL || strlen(family) > SHUFFLE_EPS_FAMILY_MAX)
+        return SHUFFLE_EPS_E_ARGUMENT;
+    t->vouched = 0;
+    if (!j_string_is(t->header, member_value(t, "family"), family)) return SHUFFLE_EPS_E_MECHANISM;
+    if (params_json != NULL && (status = find_row(t, params_json, &row)) != SHUFFLE_EPS_OK)
+        return status == SHUFFLE_EPS_E_ROW ? SHUFFLE_EPS_E_MECHANISM : status;
+    t->expected_row = row;
     return SHUFFLE_EPS_OK;
+}
+
+int shuffle_eps_trust_bundled(shuffle_eps_table *t, const char *family, const char *params_json) {
+    int status = expect(t, family, params_json);
+    if (status == SHUFFLE_EPS_OK) t->vouched = 1;
+    return status;
 }
 
 /* the 2 * out_len hex digits after "key": "  in sig[0..n), into out; 0 if absent or malformed */
@@ -805,23 +868,45 @@ static int sig_hex(const unsigned char *sig, size_t n, const char *key, unsigned
     return 0;
 }
 
-int shuffle_eps_verify_signature(shuffle_eps_table *t, const unsigned char *sig, size_t sig_len,
-                                 const unsigned char public_key[32]) {
-    unsigned char signature[64], signer[32], message[sizeof SIGNED - 1 + 64];
-    if (t == NULL || !t->ready || sig == NULL || public_key == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+/* the message a signature of the opened file signs for family (as expect checked it); its length */
+static size_t signed_message(const shuffle_eps_table *t, const char *family, unsigned char *message) {
+    size_t rows = member_value(t, "rows"), len = sizeof SIGNED - 1, i;
+    unsigned char digest[32];
+    memcpy(message, SIGNED, len);
+    memcpy(message + len, family, strlen(family));
+    len += strlen(family);
+    memcpy(message + len, "\nrows ", 6);
+    len += 6;
+    shuffle_eps_sha256(t->header + rows, j_skip(t->header, t->header_len, rows) - rows, digest);
+    for (i = 0; i < 32; i++) {
+        message[len++] = (unsigned char)HEX[digest[i] >> 4];
+        message[len++] = (unsigned char)HEX[digest[i] & 15];
+    }
+    memcpy(message + len, "\nsha256 ", 8);
+    len += 8;
+    memcpy(message + len, t->header + t->header_len - 66, 64); /* the file's own, verified by shuffle_eps_open */
+    return len + 64;
+}
+
+int shuffle_eps_verify_signature(shuffle_eps_table *t, const char *family, const char *params_json,
+                                 const unsigned char *sig, size_t sig_len, const unsigned char public_key[32]) {
+    unsigned char signature[64], signer[32], message[sizeof SIGNED + SHUFFLE_EPS_FAMILY_MAX + 6 + 64 + 8 + 64];
+    size_t message_len;
+    int status;
+    if (sig == NULL || public_key == NULL) return SHUFFLE_EPS_E_ARGUMENT;
+    if ((status = expect(t, family, params_json)) != SHUFFLE_EPS_OK) return status;
     if (!sig_hex(sig, sig_len, "signature", signature, 64) || !sig_hex(sig, sig_len, "public_key", signer, 32)
         || memcmp(signer, public_key, 32) != 0)
         return SHUFFLE_EPS_E_SIGNATURE;
-    /* the digest signed is the file's own, as its header holds it (verified by shuffle_eps_open) */
-    memcpy(message, SIGNED, sizeof SIGNED - 1);
-    memcpy(message + sizeof SIGNED - 1, t->header + t->header_len - 66, 64);
+    message_len = signed_message(t, family, message);
 #ifdef SHUFFLE_EPS_SODIUM
     if (sodium_init() < 0) return SHUFFLE_EPS_E_NO_SODIUM;
-    if (crypto_sign_verify_detached(signature, message, sizeof message, public_key) != 0)
+    if (crypto_sign_verify_detached(signature, message, message_len, public_key) != 0)
         return SHUFFLE_EPS_E_SIGNATURE;
     t->vouched = 2;
     return SHUFFLE_EPS_OK;
 #else
+    (void)message_len;
     return SHUFFLE_EPS_E_NO_SODIUM;
 #endif
 }
@@ -829,7 +914,7 @@ int shuffle_eps_verify_signature(shuffle_eps_table *t, const unsigned char *sig,
 int shuffle_eps_row_json(const shuffle_eps_table *t, size_t r, const char **text, size_t *len) {
     size_t at, e, i = 0;
     if (t == NULL || !t->ready || text == NULL || len == NULL || r >= t->rows) return SHUFFLE_EPS_E_ARGUMENT;
-    at = rows_array(t);
+    at = member_value(t, "rows");
     while (j_next(t->header, t->header_len, &at, &e)) {
         if (i++ == r) {
             *text = (const char *)t->header + e;
@@ -846,6 +931,7 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_ARGUMENT: return "bad argument (a NULL pointer, an unopened table or a bad command line)";
         case SHUFFLE_EPS_E_IO: return "the file could not be read";
         case SHUFFLE_EPS_E_WORKSPACE: return "the work array is too short (see work_needed)";
+        case SHUFFLE_EPS_E_MORE: return "more of the file is needed to tell its size (see shuffle_eps_file_size)";
         case SHUFFLE_EPS_E_TRUNCATED: return "refused: the file is truncated (shorter than its header says)";
         case SHUFFLE_EPS_E_MAGIC: return "not a shuffle-eps device file (bad magic)";
         case SHUFFLE_EPS_E_ENCODING: return "refused: the header is not valid UTF-8";
@@ -860,7 +946,10 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_AXIS:
             return "refused: a header axis is not finite numbers strictly increasing in its domain";
         case SHUFFLE_EPS_E_SHAPE: return "refused: the header's shape or dtype does not match its axes and rows";
-        case SHUFFLE_EPS_E_PAYLOAD: return "refused: the payload's length does not match the header's shape";
+        case SHUFFLE_EPS_E_PAYLOAD:
+            return "refused: the file's size is not the one its header gives (12 + H + 8 R E N D bytes)";
+        case SHUFFLE_EPS_E_TOO_LARGE:
+            return "refused: the header or the file is larger than this reader reads (SHUFFLE_EPS_MAX_HEADER, _FILE)";
         case SHUFFLE_EPS_E_VALUE: return "refused: a stored eps is not finite or outside [0, eps0]";
         case SHUFFLE_EPS_E_LOWER: return "refused: a stored lower bound is outside [0, eps]";
         case SHUFFLE_EPS_E_MONOTONE:
@@ -876,9 +965,13 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_UNTRUSTED:
             return "refused: nothing vouches for the file (ship it inside a signed bundle, or check its signature)";
         case SHUFFLE_EPS_E_SIGNATURE:
-            return "refused: its signature is malformed, by another key, or does not verify (changed after signing)";
+            return "refused: its signature is malformed, by another key, or does not verify (changed after signing, or "
+                   "signed for its digest alone by an older tablegen sign: sign it again)";
         case SHUFFLE_EPS_E_NO_SODIUM:
             return "signatures cannot be checked: compile with -DSHUFFLE_EPS_SODIUM and link -lsodium";
+        case SHUFFLE_EPS_E_MECHANISM:
+            return "refused: the file is for another mechanism (its family, or its rows' parameters, are not the "
+                   "ones expected)";
         default: return "unknown status";
     }
 }

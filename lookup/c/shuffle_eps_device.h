@@ -27,18 +27,26 @@
  *         work = malloc(t.work_needed * sizeof *work);     (or a static buffer)
  *         status = work ? shuffle_eps_open(&t, bytes, size, work, t.work_needed) : SHUFFLE_EPS_E_ARGUMENT;
  *     }
+ *     if (status == SHUFFLE_EPS_OK)        (it came inside our signed firmware: see Trust below)
+ *         status = shuffle_eps_trust_bundled(&t, "krr", "{\"k\":10}");
  *     if (status != SHUFFLE_EPS_OK) { puts(shuffle_eps_status_message(status)); ... }
  *     double eps;
- *     status = shuffle_eps_eps(&t, "{\"k\":10}", 1.0, 250000, 1e-8, &eps);
+ *     status = shuffle_eps_eps(&t, NULL, 1.0, 250000, 1e-8, &eps);     (the row vouched for: k = 10)
  *     ...
  *     free(work);     (and the file bytes: the table itself holds nothing to release)
  *
  * Trust (docs/trust.md): a checksum proves a file intact, not who wrote it.  An opened table
- * answers only once it is vouched for: shuffle_eps_trust_bundled (the caller declares the file came
- * inside its own signed firmware or bundle) or shuffle_eps_verify_signature (the Ed25519 signature
- * `tablegen sign` writes beside it, FILE.sig, checked against a public key the device trusts; needs
- * libsodium: compile with -DSHUFFLE_EPS_SODIUM and link -lsodium).  Until then shuffle_eps_eps
- * returns SHUFFLE_EPS_E_UNTRUSTED.
+ * answers only once it is vouched for, as the mechanism the caller answers (its family, and the
+ * parameters of its row or NULL for any row of the family; a file of another mechanism is refused,
+ * SHUFFLE_EPS_E_MECHANISM): shuffle_eps_trust_bundled (the caller declares the file came inside its
+ * own signed firmware or bundle) or shuffle_eps_verify_signature (the Ed25519 signature `tablegen
+ * sign` writes beside it, FILE.sig, of the file's family, rows and digest, checked against a public
+ * key the device trusts; needs libsodium: compile with -DSHUFFLE_EPS_SODIUM and link -lsodium).
+ * Until then shuffle_eps_eps returns SHUFFLE_EPS_E_UNTRUSTED.
+ *
+ * Size: a file is refused unless it has the size its header gives, 12 + H + 8 R E N D bytes, with
+ * H <= SHUFFLE_EPS_MAX_HEADER and the whole <= SHUFFLE_EPS_MAX_FILE.  Reading a file, ask
+ * shuffle_eps_file_size for its size from its first bytes before reading (or allocating) the rest.
  *
  * Every function returns a status (0: SHUFFLE_EPS_OK); a refusal never writes a result.
  * Compile the library with -std=c99 (GCC then contracts no floating-point operations, as the
@@ -59,6 +67,10 @@ extern "C" {
 #define SHUFFLE_EPS_JSON_NUMBER_MAX 400  /* longer JSON number literals are refused */
 #define SHUFFLE_EPS_JSON_MAX_MEMBERS 1024 /* objects with more members are refused (duplicate keys are
                                              looked for without memory: quadratic in the members) */
+#define SHUFFLE_EPS_MAX_HEADER (1u << 20)     /* header bytes (exported headers: 4.7-13 KB) */
+#define SHUFFLE_EPS_MAX_FILE ((size_t)256 << 20) /* file bytes (the whole k-RR family of the default table: 82 MB) */
+#define SHUFFLE_EPS_FAMILY_MAX 64            /* bytes of a family name given to the trust functions */
+#define SHUFFLE_EPS_ANY_ROW ((size_t)-1)     /* table->expected_row: every row of the family is answered */
 
 /* Status codes (also the exit codes of shuffle_eps_query).  Names and meanings are stable. */
 enum shuffle_eps_status {
@@ -67,6 +79,7 @@ enum shuffle_eps_status {
     SHUFFLE_EPS_E_ARGUMENT = 1,       /* a NULL pointer, an unopened table, a bad command line */
     SHUFFLE_EPS_E_IO = 2,             /* the file could not be read (shuffle_eps_query only) */
     SHUFFLE_EPS_E_WORKSPACE = 3,      /* the work array is shorter than table->work_needed */
+    SHUFFLE_EPS_E_MORE = 4,           /* shuffle_eps_file_size needs more of the file's first bytes */
     /* the file: refused when opened */
     SHUFFLE_EPS_E_TRUNCATED = 10,     /* shorter than 12 bytes, or than 12 + the header length */
     SHUFFLE_EPS_E_MAGIC = 11,         /* does not start with "SHEPSDV1": not a device file */
@@ -79,7 +92,8 @@ enum shuffle_eps_status {
     SHUFFLE_EPS_E_KEY = 17,           /* a required header key missing or of the wrong type */
     SHUFFLE_EPS_E_AXIS = 18,          /* an axis not finite numbers strictly increasing in its domain */
     SHUFFLE_EPS_E_SHAPE = 19,         /* shape, dtype or eps0_monotone disagree with the axes and rows */
-    SHUFFLE_EPS_E_PAYLOAD = 20,       /* the payload is not 8 * R * E * N * D bytes */
+    SHUFFLE_EPS_E_PAYLOAD = 20,       /* the file is not 12 + H + 8 * R * E * N * D bytes (its header's size) */
+    SHUFFLE_EPS_E_TOO_LARGE = 21,     /* a header over SHUFFLE_EPS_MAX_HEADER or a file over SHUFFLE_EPS_MAX_FILE */
     SHUFFLE_EPS_E_VALUE = 30,         /* a certified eps not finite or outside [0, eps0 (1 + 2^-11)] */
     SHUFFLE_EPS_E_LOWER = 31,         /* a lower bound neither NaN nor in [0, eps] */
     SHUFFLE_EPS_E_MONOTONE = 32,      /* eps not monotone as the exact eps is, beyond 3% + 1e-7 */
@@ -94,7 +108,9 @@ enum shuffle_eps_status {
     /* trust: nothing vouches for the file yet */
     SHUFFLE_EPS_E_UNTRUSTED = 50,     /* neither shuffle_eps_trust_bundled nor a verified signature */
     SHUFFLE_EPS_E_SIGNATURE = 51,     /* the signature is malformed or does not verify with the trusted key */
-    SHUFFLE_EPS_E_NO_SODIUM = 52      /* compiled without -DSHUFFLE_EPS_SODIUM: signatures cannot be checked */
+    SHUFFLE_EPS_E_NO_SODIUM = 52,     /* compiled without -DSHUFFLE_EPS_SODIUM: signatures cannot be checked */
+    SHUFFLE_EPS_E_MECHANISM = 53      /* the file is for another family, has no row of the parameters expected,
+                                         or a query names another row than the one it was vouched for */
 };
 
 /* An opened device file.  Read the fields, never write them; valid while the file bytes and the
@@ -111,7 +127,15 @@ typedef struct shuffle_eps_table {
     size_t where[4];                 /* after E_VALUE, E_LOWER, E_MONOTONE: row, eps0, n, delta index */
     int ready;                       /* nonzero once opened */
     int vouched;                     /* nonzero once trusted: 1 bundled, 2 signed by a trusted key */
+    size_t expected_row;             /* once vouched: the only row answered, or SHUFFLE_EPS_ANY_ROW */
 } shuffle_eps_table;
+
+/* The size the device file starting with head[0..len) must have.  With fewer bytes than its preamble
+ * (12) and header (12 + H) hold, SHUFFLE_EPS_E_MORE and *size the bytes to read first (call again
+ * with them; head may be NULL when len is 0); then, its header checked as shuffle_eps_open checks it,
+ * SHUFFLE_EPS_OK and *size = 12 + H + 8 R E N D: read that many bytes and no file of another size.
+ * Refusals: E_MAGIC, E_TOO_LARGE, E_ENCODING .. E_SHAPE. */
+int shuffle_eps_file_size(const unsigned char *head, size_t len, size_t *size);
 
 /* Open and check the device file held in bytes[0..size).  On SHUFFLE_EPS_OK the table is ready;
  * on SHUFFLE_EPS_E_WORKSPACE (work_len < table->work_needed, e.g. 0) the whole file but the
@@ -122,28 +146,35 @@ int shuffle_eps_open(shuffle_eps_table *table, const unsigned char *bytes, size_
 
 /* The certified eps at (eps0, n, delta) for the row whose parameters equal params_json (a JSON
  * object, e.g. "{\"k\":10}" or "{}"; compared as values: key order, spacing and 10 vs 10.0 do not
- * matter, null members are ignored), or for the only row when params_json is NULL.  The rules,
+ * matter, null members are ignored), or when params_json is NULL for the row the table was vouched
+ * for (or the only row).  The rules,
  * as DeviceTable.eps: eps0 rounded up to a stored eps0, n down to a stored n, delta on the chord
  * in (e^eps, delta) between the two stored deltas around it (rounded up by 1 + 1e-12; a delta
  * above the largest takes the largest), the result capped at eps0.  Refusals: E_ARGUMENT,
- * E_QUERY, E_PARAMS, E_ROW, E_EPS0_ABOVE, E_N_BELOW, E_DELTA_BELOW, E_EPS0_OFF_GRID. */
+ * E_QUERY, E_PARAMS, E_ROW, E_MECHANISM (another row than the one vouched for), E_EPS0_ABOVE, E_N_BELOW,
+ * E_DELTA_BELOW, E_EPS0_OFF_GRID. */
 int shuffle_eps_eps(const shuffle_eps_table *table, const char *params_json, double eps0, double n, double delta,
                     double *eps_out);
 
-/* Declare the opened file trusted because it was shipped inside the caller's own signed bundle
- * (firmware image, package): the bundle's signature, checked by the device's boot or update path,
- * covers it.  Never call it for a file that arrived by itself. */
-int shuffle_eps_trust_bundled(shuffle_eps_table *table);
+/* Declare the opened file trusted, as the mechanism family (e.g. "krr") with parameters params_json
+ * (the row answered, e.g. "{\"k\":10}"; NULL: any row of the family), because it was shipped inside
+ * the caller's own signed bundle (firmware image, package): the bundle's signature, checked by the
+ * device's boot or update path, covers it.  Never call it for a file that arrived by itself.
+ * E_MECHANISM: the file's family is another, or it has no row of these parameters. */
+int shuffle_eps_trust_bundled(shuffle_eps_table *table, const char *family, const char *params_json);
 
-/* Check the Ed25519 signature of the opened file: sig[0..sig_len) is the JSON `tablegen sign` writes
- * (FILE.sig: {"public_key": hex, "signature": hex, "digest": hex}); the signed message is
- * "shuffle-eps table digest " followed by the 64 hex digits of the file's own SHA-256 (as its header
- * holds them, checked by shuffle_eps_open), verified with public_key[0..32), the raw key the device
- * trusts (libsodium crypto_sign_verify_detached).  SHUFFLE_EPS_OK: the table is vouched for;
- * E_SIGNATURE: malformed, made by another key, or for other content; E_NO_SODIUM: compiled without
+/* Check the Ed25519 signature of the opened file as the mechanism family with parameters params_json
+ * (as shuffle_eps_trust_bundled: E_MECHANISM first where the file is another's): sig[0..sig_len) is
+ * the JSON `tablegen sign` writes (FILE.sig: {"public_key": hex, "signature": hex, "digest": hex});
+ * the signed message is "shuffle-eps device file 2\nfamily " + family + "\nrows " + the SHA-256 (64
+ * hex digits) of the header's "rows" value as written + "\nsha256 " + the file's own SHA-256 (as its
+ * header holds it, checked by shuffle_eps_open), verified with public_key[0..32), the raw key the
+ * device trusts (libsodium crypto_sign_verify_detached).  SHUFFLE_EPS_OK: the table is vouched for;
+ * E_SIGNATURE: malformed, made by another key, for other content or another family, or of the digest
+ * alone (an older `tablegen sign`: sign the file again); E_NO_SODIUM: compiled without
  * -DSHUFFLE_EPS_SODIUM. */
-int shuffle_eps_verify_signature(shuffle_eps_table *table, const unsigned char *sig, size_t sig_len,
-                                 const unsigned char public_key[32]);
+int shuffle_eps_verify_signature(shuffle_eps_table *table, const char *family, const char *params_json,
+                                 const unsigned char *sig, size_t sig_len, const unsigned char public_key[32]);
 
 /* Row r's parameters as the JSON text stored in the header (a pointer into it, *len bytes). */
 int shuffle_eps_row_json(const shuffle_eps_table *table, size_t r, const char **text, size_t *len);

@@ -4,9 +4,12 @@ Variable ``p``: the largest noise parameter certified (eps, delta)-DP for n user
 (``accounting.calibrate``), NaN where no p in (1/2, 1) exists.  Same store format as the eps
 tables (CF attributes, zstd + crc32c chunks, SHA-256 manifest, atomic publish).  The build is
 resumable: each (protocol, eps) slice is written to ``OUT.staging/`` atomically as it finishes,
-and a rerun of the same spec computes only the missing slices.  A published table is recorded as
-built on this machine (``lookup.trust.record_built``, by the digest ``store.publish`` returns),
-so ``lookup.calibrate`` answers from it here (docs/trust.md).  Spec::
+with the HMAC of its values (``store.slice_mac``: the per-user secret of the trust records), and a
+rerun of the same spec computes only the missing slices; a staging store or slice not made here
+(``store.claim_staging``, no valid HMAC) is recomputed, the log saying so.  A published table is
+recorded as built on this machine (``lookup.trust.record_built``, by the digest ``store.publish``
+returns), every value in it computed here, so ``lookup.calibrate`` answers from it here
+(docs/trust.md).  Spec::
 
     title = "..."
     [axes]
@@ -23,13 +26,14 @@ import itertools
 import json
 import shutil
 import tomllib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lookup.trust import record_built
+from lookup.trust import read_small, record_built
 from tablegen import __version__, store
 from tablegen.build import progress_bar
 from tablegen.protocols.accounting import PROTOCOLS, VERSION, calibrate
@@ -70,15 +74,15 @@ def slice_values(protocol: str, eps: float, n: np.ndarray, delta: np.ndarray) ->
 
 
 def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False,
-                      fresh: bool = False) -> dict[str, Any]:
+                      fresh: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Compute (or finish computing; ``fresh``: start over) and publish the table of ``spec_path``."""
     out = Path(out)
     with store.build_lock(out, f"tablegen build-calibration --spec {spec_path} --out {out}"):
-        return _build_locked(load_axes(spec_path), spec_path, out, progress, fresh)
+        return _build_locked(load_axes(spec_path), spec_path, out, progress, fresh, log)
 
 
 def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progress: bool,
-                  fresh: bool) -> dict[str, Any]:
+                  fresh: bool, log: Callable[[str], None]) -> dict[str, Any]:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
@@ -93,14 +97,16 @@ def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progre
     if store.up_to_date(out, header):
         return {"out": str(out), "cells": len(slices) * axes["n"].size * axes["delta"].size, "computed": 0,
                 "skipped": len(slices), "without_p": None}
-    staging = store.claim_staging(out, header, lambda path: None)
-    todo = [(r, e) for r, e in slices if not (staging / f"{r}_{e}.npy").exists()]
+    staging = store.claim_staging(out, header, lambda path: None, log)
+    kept = _staged(staging, header, slices, log)
+    todo = [cell for cell in slices if cell not in kept]
     for r, e in progress_bar(todo, len(todo), progress, unit="slice"):
-        values = slice_values(PROTOCOLS[r], float(axes["eps"][e]), axes["n"], axes["delta"])
+        kept[r, e] = slice_values(PROTOCOLS[r], float(axes["eps"][e]), axes["n"], axes["delta"])
         buffer = io.BytesIO()
-        np.save(buffer, values)
-        store.atomic_write(staging / f"{r}_{e}.npy", buffer.getvalue())
-    values = np.stack([_load_slice(staging / f"{r}_{e}.npy") for r, e in slices])
+        np.save(buffer, kept[r, e])
+        store.atomic_write(staging / f"{r}_{e}.mac", store.slice_mac(header, (r, e), "p", kept[r, e]))
+        store.atomic_write(staging / f"{r}_{e}.npy", buffer.getvalue())  # the slice counts from here on
+    values = np.stack([kept[cell] for cell in slices])  # as computed or read with their HMAC: never re-read
     values = values.reshape(len(PROTOCOLS), axes["eps"].size, axes["n"].size, axes["delta"].size)
     digest = store.publish(_dataset(values, axes, spec, header,
                                     f"tablegen build-calibration --spec {spec_path} --out {out}"), out)
@@ -110,11 +116,26 @@ def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progre
             "without_p": int(np.isnan(values).sum())}
 
 
-def _load_slice(path: Path) -> np.ndarray:
-    try:
-        return np.load(path)
-    except (OSError, ValueError, EOFError) as err:  # written atomically, so only outside damage
-        raise store.StoreError(f"{path}: unreadable slice ({err}); remove it and run the build again") from None
+def _staged(staging: Path, header: dict[str, str], slices: list[tuple[int, int]],
+            log: Callable[[str], None]) -> dict[tuple[int, int], np.ndarray]:
+    """The staged slices whose values carry this machine's HMAC (``store.slice_authentic``), by
+    (protocol, eps); the others are left to recompute, the log saying how many were staged."""
+    kept, foreign = {}, 0
+    for r, e in slices:
+        path = staging / f"{r}_{e}.npy"
+        if not path.exists():
+            continue
+        try:
+            values, tag = np.load(path, allow_pickle=False), read_small(staging / f"{r}_{e}.mac")
+        except (OSError, ValueError, EOFError):  # written atomically, so only outside damage: recomputed
+            values, tag = None, None
+        if values is not None and store.slice_authentic(header, (r, e), "p", values, tag):
+            kept[r, e] = values
+        else:
+            foreign += 1
+    if foreign:
+        log(f"{foreign} staged slices not made here: recomputed (no HMAC of this machine's over their values)")
+    return kept
 
 
 def _dataset(values: np.ndarray, axes: dict[str, Any], spec: str, header: dict[str, str], command: str) -> Any:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import lookup
 from lookup import trust
-from lookup.device import encode, read_device
+from lookup.device import encode, member_text, read_device
 from tablegen.export import export_device, worst_slack
 from tablegen.store import round_float32
 
@@ -137,7 +137,7 @@ def synthetic_tables_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tables of this module hold synthetic values (no engine behind them): taken as vouched
     for, as a table built here would be (lookup.trust, tested in test_lookup_trust*.py)."""
     monkeypatch.setattr(trust, "vouch", lambda *args: None)
-    monkeypatch.setattr(trust, "provenance", lambda path, digest: ("built", ""))  # read_device's own check
+    monkeypatch.setattr(trust, "provenance", lambda path, digest, message=None: ("built", ""))  # read_device's
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +240,10 @@ def test_worst_slack_is_relative_above_the_floor_and_absolute_below() -> None:
     slack, where, excess = worst_slack(upper)
     assert slack == pytest.approx(0.4 / 0.01 - 1) and where == (0, 0, 1, 0)  # the largest ratio above the floor
     assert excess == pytest.approx(1e-3 - 2e-5)  # 1e-3 over 2e-5 (below the floor): an absolute excess
+
+
+def test_a_member_is_read_as_written() -> None:
+    """What a signature hashes of the rows (``member_text``): the value's bytes as the header holds them,
+    found as the C reader finds them (whitespace anywhere, a key written with an escape)."""
+    text = b' { "format" : 2 , "\\u0072ows" : [ {"k": 3} ,{}] ,"x":"}" }'
+    assert member_text(text, "rows") == b'[ {"k": 3} ,{}]' and member_text(text, "x") == b'"}"'

@@ -15,17 +15,21 @@ import math
 import shutil
 import struct
 import subprocess
+import time
 from array import array
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from test_lookup_bombs import DEVICE_BOMBS, sparse
 
+import lookup
 from lookup import checks, device, signing, trust
 from lookup.device import MAGIC, DeviceFileError, checksum_v1, encode, header_sha256, read_device
 from lookup.manifest import read_manifest
 from tablegen.export import export_device
+from tablegen.store import round_float32
 
 C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "c"
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"]
@@ -35,9 +39,10 @@ ARGUMENT, IO = 1, 2
 TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM = 10, 11, 12, 13, 14, 15, 16
 KEY, AXIS, SHAPE, PAYLOAD, VALUE, LOWER, MONOTONE = 17, 18, 19, 20, 30, 31, 32
 QUERY, PARAMS, ROW, EPS0_ABOVE, N_BELOW, DELTA_BELOW, EPS0_OFF_GRID = 40, 41, 42, 43, 44, 45, 46
-UNTRUSTED, SIGNATURE, NO_SODIUM = 50, 51, 52
+UNTRUSTED, SIGNATURE, NO_SODIUM, MECHANISM = 50, 51, 52, 53
+TOO_LARGE = 21
 FILE_REFUSALS = {TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM, KEY, AXIS, SHAPE,
-                 PAYLOAD, VALUE, LOWER, MONOTONE}
+                 PAYLOAD, TOO_LARGE, VALUE, LOWER, MONOTONE}
 
 SHA_MAIN = r"""
 #include <stdio.h>
@@ -123,9 +128,21 @@ def _sealed(text: bytes, payload: bytes) -> bytes:
 
 def c_query(tool: Path, path: Path, params: str | None, eps0: float, n: float, delta: float
             ) -> tuple[int, float | None, str]:
-    args = [str(tool), "--bundled", str(path), *([] if params is None else [params]), repr(eps0), repr(n), repr(delta)]
+    """The C tool's answer from the file at ``path``, vouched for (bundled) as its own family's."""
+    family = _family(path.read_bytes())
+    args = [str(tool), "--bundled", str(path), family, *([] if params is None else [params]), repr(eps0), repr(n),
+            repr(delta)]
     done = subprocess.run(args, capture_output=True, text=True)
     return done.returncode, float(done.stdout) if done.returncode == 0 else None, done.stderr
+
+
+def _family(data: bytes) -> str:
+    """The family a device file's header names ("krr" where it cannot be read: a damaged file)."""
+    try:
+        (length,) = struct.unpack_from("<I", data, 8)
+        return str(json.loads(data[12:12 + length])["family"])
+    except (struct.error, ValueError, KeyError, TypeError):
+        return "krr"
 
 
 def py_query(path: Path, params: dict[str, Any], eps0: float, n: float, delta: float) -> float | Exception:
@@ -208,9 +225,8 @@ def test_rows_chosen_by_parameters(query_tool: Path, files: dict[str, Path]) -> 
     want = py_query(files["two"], {"k": 4}, *query)
     for params in ('{"k":4}', '{"k": 4.0}', ' {"k":4, "g": null} ', '{"k":4e0}'):
         assert c_query(query_tool, files["two"], params, *query)[1] == want, params
-    assert c_query(query_tool, files["two"], '{"k":5}', *query)[0] == ROW
-    assert c_query(query_tool, files["two"], '{"k":"4"}', *query)[0] == ROW
-    assert c_query(query_tool, files["two"], "{}", *query)[0] == ROW
+    for other in ('{"k":5}', '{"k":"4"}', "{}"):  # the tool expects the mechanism it is asked: another's file
+        assert c_query(query_tool, files["two"], other, *query)[0] == MECHANISM
     for bad in ('[4]', '{"k":4', '{"k":4,"k":4}', '{"k":NaN}', "k=4", ""):
         assert c_query(query_tool, files["two"], bad, *query)[0] == PARAMS, bad
     # without parameters: the only row of a one-row file; a two-row file asks for them
@@ -227,9 +243,10 @@ def test_command_line_mistakes(query_tool: Path, files: dict[str, Path], tmp_pat
         return subprocess.run([str(query_tool), *args], capture_output=True, text=True)
 
     assert run().returncode == ARGUMENT and "usage" in run().stderr
-    assert run(str(files["krr"]), "1", "50", "1e-6").returncode == ARGUMENT  # no reason to trust it given
-    assert run("--bundled", str(files["krr"]), "1", "x", "1e-6").returncode == ARGUMENT
-    missing = run("--bundled", str(tmp_path / "missing.dev"), "1", "50", "1e-6")
+    assert run(str(files["krr"]), "krr", "1", "50", "1e-6").returncode == ARGUMENT  # no reason to trust it given
+    assert run("--bundled", str(files["krr"]), "krr", "1", "x", "1e-6").returncode == ARGUMENT
+    assert run("--bundled", str(files["krr"]), "1", "50", "1e-6").returncode == ARGUMENT  # no mechanism expected
+    missing = run("--bundled", str(tmp_path / "missing.dev"), "krr", "1", "50", "1e-6")
     assert missing.returncode == IO and "could not be read" in missing.stderr
 
 
@@ -263,7 +280,7 @@ def test_truncated_files_refused_by_both(query_tool: Path, files: dict[str, Path
     (length,) = struct.unpack_from("<I", data, 8)
     for size in (0, 4, 11, 12, 100, 12 + length - 1, 12 + length, 12 + length + 1, len(data) - 4, len(data) - 1):
         code = _refused_by_both(query_tool, _write(tmp_path / "short.dev", data[:size]))
-        assert code == (TRUNCATED if size < 12 + length else CHECKSUM), size
+        assert code == (TRUNCATED if size < 12 + length else PAYLOAD), size  # the size its header gives, first
 
 
 def _edit_header(edit: Any) -> Any:
@@ -418,7 +435,11 @@ int main(int argc, char **argv) {
     (void)argc;
     if (shuffle_eps_open(&t, bytes, size, work, sizeof work / sizeof *work) != SHUFFLE_EPS_OK) return 99;
     printf("%d ", shuffle_eps_eps(&t, NULL, 1.0, 40.0, 1e-6, &eps));
-    printf("%d ", shuffle_eps_trust_bundled(&t));
+    printf("%d ", shuffle_eps_trust_bundled(&t, "generic", NULL));
+    printf("%d ", shuffle_eps_trust_bundled(&t, "krr", "{\"k\":4}"));
+    printf("%d ", shuffle_eps_eps(&t, NULL, 1.0, 40.0, 1e-6, &eps));
+    printf("%d ", shuffle_eps_trust_bundled(&t, "krr", "{\"k\":3}"));
+    printf("%d ", shuffle_eps_eps(&t, "{\"k\":4}", 1.0, 40.0, 1e-6, &eps));
     printf("%d\n", shuffle_eps_eps(&t, NULL, 1.0, 40.0, 1e-6, &eps));
     return 0;
 }
@@ -429,7 +450,8 @@ def test_the_c_reader_answers_only_once_the_file_is_vouched_for(build_dir: Path,
     tool = _compile(build_dir / "unvouched", _write(build_dir / "unvouched.c", UNVOUCHED_MAIN),
                     C_DIR / "shuffle_eps_device.c")
     out = subprocess.run([str(tool), str(files["krr"])], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(UNTRUSTED), "0", "0"]
+    # untrusted; refused as generic and as k = 4 (none of its rows), then answered as k = 3 (and no other row)
+    assert out == [str(UNTRUSTED), str(MECHANISM), str(MECHANISM), str(UNTRUSTED), "0", str(ROW), "0"]
 
 
 def _sodium_tool(build_dir: Path) -> Path:
@@ -456,6 +478,8 @@ def _key_pair(directory: Path, name: str) -> tuple[Path, str]:
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption()))
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    (directory / f"{name}.pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # for $SHUFFLE_EPS_TRUSTED_KEYS
     return path, raw.hex()
 
 
@@ -466,7 +490,7 @@ def test_the_c_reader_checks_ed25519_signatures_with_libsodium(build_dir: Path, 
     theirs, theirs_hex = _key_pair(tmp_path, "theirs")
     device = tmp_path / "krr.dev"
     shutil.copy(files["krr"], device)
-    query = [str(device), "1.0", "40", "1e-6"]
+    query = [str(device), "krr", "1.0", "40", "1e-6"]
 
     def run(tool_path: Path, *trust_args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(tool_path), *trust_args, *query], capture_output=True, text=True)
@@ -485,7 +509,124 @@ def test_the_c_reader_checks_ed25519_signatures_with_libsodium(build_dir: Path, 
     other = tmp_path / "generic.dev"  # a signature moved onto another file: it names other content
     shutil.copy(files["generic"], other)
     shutil.copy(trust.signature_path(device), trust.signature_path(other))
-    moved = subprocess.run([str(tool), "--key", ours_hex, str(other), "1.0", "40", "1e-6"], capture_output=True,
-                           text=True)
+    moved = subprocess.run([str(tool), "--key", ours_hex, str(other), "generic", "1.0", "40", "1e-6"],
+                           capture_output=True, text=True)
     assert moved.returncode == SIGNATURE and "does not verify" in moved.stderr
 
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "default.zarr"
+POINT = (1.0, 1e4, 1e-6)  # on the shipped grid: the files store the table's values there, rounded up to float32
+
+
+@pytest.fixture(scope="module")
+def hr_signed(build_dir: Path) -> dict[str, Any]:
+    """The shipped table's hr row at eps0 1, n 1e3..1e5, delta 1e-6, exported and signed (``FILE.sig``):
+    the file, the private key and the public key (PEM file beside it, and raw hex)."""
+    keys = build_dir / "keys"
+    keys.mkdir(exist_ok=True)
+    private, public_hex = _key_pair(keys, "signer")
+    device = build_dir / "hr.dev"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(trust.ENV_CACHE, str(build_dir / "cache"))
+        export_device(device, "hr", {}, str(SHIPPED), eps0=[POINT[0]], n_min=1e3, n_max=1e5, delta=[POINT[2]])
+        signing.sign(device, private)
+    return {"file": device, "private": private, "public": keys / "signer.pub.pem", "hex": public_hex}
+
+
+def _shipped(mechanism: str) -> float:
+    return float(lookup.eps(mechanism, eps0=POINT[0], n=POINT[1], delta=POINT[2], table=str(SHIPPED), live=False,
+                            max_slack=None).value)
+
+
+def test_a_file_signed_for_another_mechanism_is_refused_by_both(build_dir: Path, hr_signed: dict[str, Any],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43: an hr file with its genuine signature, presented to a generic deployment, was answered
+    as certified by both readers: hr's eps, below generic's certified eps by generic - hr (0.0233 here).
+    The family and parameters a deployment expects are given to the reader and bound by the signature."""
+    tool = _sodium_tool(build_dir)
+    as_hr = float(round_float32(np.array([_shipped("hr")]), up=True)[0])  # what the hr file stores at POINT
+    assert _shipped("generic") - as_hr > 0.02  # what a generic answer from it would be short by
+
+    def c_answer(family: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(tool), "--key", hr_signed["hex"], str(hr_signed["file"]), family, "{}",
+                               *map(repr, POINT)], capture_output=True, text=True)
+
+    assert float(c_answer("hr").stdout) == as_hr
+    swapped = c_answer("generic")
+    assert swapped.returncode == MECHANISM and "another mechanism" in swapped.stderr
+    monkeypatch.setenv(trust.ENV_KEYS, str(hr_signed["public"]))
+    assert read_device(str(hr_signed["file"]), expect=("hr", {})).eps({}, *POINT) == as_hr
+    with pytest.raises(DeviceFileError, match="another mechanism"):
+        read_device(str(hr_signed["file"]), expect=("generic", {}))
+    with pytest.raises(ValueError):  # lookup answers generic from generic rows only
+        lookup.eps("generic", eps0=POINT[0], n=POINT[1], delta=POINT[2], table=str(hr_signed["file"]), live=False)
+    _binds_the_family(hr_signed)
+
+
+def _binds_the_family(hr_signed: dict[str, Any]) -> None:
+    """The signature itself binds the family: it verifies for hr's message, not generic's (even a
+    reader that forgot to compare families could not take it as generic)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    key = load_pem_public_key(hr_signed["public"].read_bytes())
+    signature = bytes.fromhex(json.loads(trust.signature_path(hr_signed["file"]).read_text())["signature"])
+    hr = read_device(str(hr_signed["file"]), verified=False)
+    key.verify(signature, hr.signed_message())
+    with pytest.raises(InvalidSignature):
+        key.verify(signature, device.signed_message("generic", device.member_text(hr.text, "rows"),
+                                                    hr.header["sha256"]))
+
+
+def test_a_signature_of_the_digest_alone_is_refused_by_both(build_dir: Path, hr_signed: dict[str, Any],
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signatures made before issue 43 signed "shuffle-eps table digest " and the file's SHA-256 alone,
+    binding no mechanism: by the trusted key, they are refused (the file must be signed again)."""
+    from cryptography.hazmat.primitives import serialization
+
+    tool = _sodium_tool(build_dir)
+    device = tmp_path / "hr.dev"
+    shutil.copy(hr_signed["file"], device)
+    key = serialization.load_pem_private_key(hr_signed["private"].read_bytes(), password=None)
+    digest = signing.table_digest(device)
+    trust.signature_path(device).write_text(json.dumps({
+        "public_key": hr_signed["hex"], "signature": key.sign(b"shuffle-eps table digest " + digest.encode()).hex(),
+        "digest": digest}))
+    done = subprocess.run([str(tool), "--key", hr_signed["hex"], str(device), "hr", *map(repr, POINT)],
+                          capture_output=True, text=True)
+    assert done.returncode == SIGNATURE, done.stderr
+    monkeypatch.setenv(trust.ENV_KEYS, str(hr_signed["public"]))
+    with pytest.raises(DeviceFileError, match="does not verify"):
+        read_device(str(device))
+
+
+def _within_200_mb(args: list[str]) -> tuple[int, float]:
+    """(exit status, seconds) of a command run with 200 MB of address space (more: its allocation fails)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (200 << 20, 200 << 20))
+
+    start = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, preexec_fn=limit)
+    return done.returncode, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_BOMBS))
+def test_device_bombs_are_refused_by_the_c_tool_from_their_header(query_tool: Path, tmp_path: Path,
+                                                                  name: str) -> None:
+    """A sparse 1 GiB file was read whole before its magic was checked (1 GiB resident)."""
+    path = DEVICE_BOMBS[name](tmp_path / "bomb.dev")
+    status, seconds = _within_200_mb([str(query_tool), "--bundled", str(path), "krr", "1", "40", "1e-6"])
+    assert status in FILE_REFUSALS and seconds < 1.0
+
+
+def test_a_sparse_gigabyte_signature_is_refused_by_the_c_tool(build_dir: Path, files: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    tool = _sodium_tool(build_dir)
+    device = tmp_path / "krr.dev"
+    shutil.copy(files["krr"], device)
+    sparse(trust.signature_path(device), 1 << 30)
+    status, seconds = _within_200_mb([str(tool), "--key", "0" * 64, str(device), "krr", "1", "40", "1e-6"])
+    assert status == SIGNATURE and seconds < 1.0
