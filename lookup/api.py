@@ -65,13 +65,15 @@ def mechanism_name(name: Any) -> Any:
 
 
 def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
-        max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, prove_lower: bool = True,
+        max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, quick: bool = False,
         **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
     ``rounds`` = T, of T identical rounds composed (scalar queries; ``lookup/composed.py``), each
     user taking part in each round with probability ``sample_rate`` (live; docs/composition.md).
-    ``prove_lower=False``: a refined eps keeps the table's lower bound (or none) instead of one the
-    engine proves near it (one engine evaluation fewer: the service's first, quick refinement)."""
+    ``quick=True`` (the service's first refinement of a question): one engine evaluation where it
+    suffices, the smooth estimate inflated by half a step certified and published with its slack
+    unknown (NaN: no bracket against a value the engine refused), beside the table's lower bound (or
+    none) instead of one the engine proves near it (``refine.eps``, ``refine.lower_eps``)."""
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
@@ -110,8 +112,8 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         for i in todo:
             value[i], slack[i], source[i], lower[i] = _checked(
                 q, i, "eps", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps(
-                    q.mechanism, point, q.params, v, s, g, min(max_slack, refine.STEP)), lower[i])
-            if prove_lower:
+                    q.mechanism, point, q.params, v, s, g, min(max_slack, refine.STEP), quick), lower[i])
+            if not quick:
                 ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
                     q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
                 lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)

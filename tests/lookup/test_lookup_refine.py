@@ -449,3 +449,27 @@ def test_a_high_estimate_is_certified_downwards(monkeypatch: pytest.MonkeyPatch,
     assert bool(calls) == searched and source == ("live" if searched else refine.CERTIFIED)
     assert searched or (slack == pytest.approx(refine.STEP) and high <= value < high * (1 + refine.STEP))
     assert exact_delta(*krr_upper_law(1.5, value, 3), 50) <= 1e-6 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("above", "checks"), [(1.004, 1), (0.99, None)])
+def test_a_quick_refinement_is_one_certified_evaluation(monkeypatch: pytest.MonkeyPatch, above: float,
+                                                        checks: int | None) -> None:
+    """``quick``: the estimate inflated by half a step, published after one engine check where it
+    is certified (certified by the exact sum of the k-RR upper law), its slack unknown; an
+    estimate whose inflation the engine refuses goes on to the bracket (a measured slack)."""
+    point, params = {"eps0": 1.5, "n": 50.0, "delta": 1e-6}, {"k": 3}
+    low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (low, middle) if lookup.live.certifies("krr", {**point, "eps": middle}, params) else (middle, high)
+    estimate = high * above / np.sqrt(1 + refine.STEP)  # its inflation: above x the smallest certified eps
+    check, calls = lookup.live.certifies, []
+    monkeypatch.setattr(lookup.live, "certifies", lambda *args: calls.append(args) or check(*args))
+    value, slack, source = refine.eps("krr", point, params, float("inf"), float("nan"), estimate, refine.STEP,
+                                      quick=True)
+    assert exact_delta(*krr_upper_law(1.5, value, 3), 50) <= 1e-6 * (1 + 1e-9)
+    if checks is not None:
+        assert (len(calls), value, source) == (checks, pytest.approx(high * above), refine.CERTIFIED)
+        assert np.isnan(slack)
+    else:
+        assert len(calls) > 1 and slack >= 0 and value >= high
