@@ -12,7 +12,10 @@ client refuses a result whose provenance differs from its own (naming the worker
 tasks go to other workers) and writes every accepted slice to its own staging store.  No worker
 reads or writes the client's disk, so workers on other hosts, pods or scratch disks, and a
 relative ``--out``, all work; a task that raises is retried (``RETRIES``) and a slice that fails
-on every try ends the build with one message naming the slice, the worker and its error.
+on every try ends the build with one message naming the slice, the worker and its error.  A
+build that stops (a signal, a failure, the client killed) leaves no task computing: its futures
+are cancelled and a task whose future dask cancelled stops within ``CANCEL_POLL_SECONDS``
+(``_stopped_when_cancelled``); a scheduler that goes away mid-build ends it with one line.
 
 A slice is every n and delta of one (mechanism, eps0): ``engine.dense.eps_slice`` at the spec's
 resolution, and ``lower_slice`` below it on the n the spec wants lower bounds for, so a cell
@@ -31,9 +34,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +52,7 @@ from tablegen.spec import Row, Spec
 
 IN_FLIGHT_PER_THREAD = 4  # tasks queued per worker thread
 RETRIES = 2  # a task that raises runs up to 1 + RETRIES times (dask's retries), then ends the build
+CANCEL_POLL_SECONDS = 0.2  # a running slice checks this often whether dask has cancelled its task
 CONNECT_SECONDS = 5  # an unreachable --scheduler is reported after this long, before anything is written
 STATUS_SECONDS = 30  # no slice finished for this long: the build says what the workers are doing
 DRY_RUN_BUDGET = 90.0  # seconds a dry run spends timing its sample (the full spec's within 2 minutes on 2 cores)
@@ -97,7 +102,8 @@ class SliceResult:
     eps_lower: np.ndarray
     seconds: float
     provenance: dict[str, str]
-    worker: str
+    worker: str  # as messages name it (``worker_label``)
+    address: str = ""  # the worker's address, by which the client leaves it out of later tasks
 
 
 class BuildInterrupted(Exception):
@@ -117,8 +123,17 @@ class SchedulerUnreachable(ValueError):
     """``--scheduler`` names no dask scheduler that answers (checked before anything is written)."""
 
 
+class SchedulerLost(BuildFailed):
+    """The dask scheduler of a build went away mid-build (its client lost the connection)."""
+
+
 class SliceError(RuntimeError):
     """A task's error, raised on the worker with the worker's name and the error in one line."""
+
+
+class SliceCancelled(BaseException):
+    """Raised in a running slice's thread once dask has cancelled its task (``_stopped_when_cancelled``);
+    a BaseException, so that no ``except Exception`` of the engine swallows it."""
 
 
 class EngineMismatch(ValueError):
@@ -200,32 +215,94 @@ def provenance() -> dict[str, str]:
             "engine_sha256": engine_digest()}
 
 
-def _worker_name() -> str:
-    """The dask worker running this task (its address), or "this process" outside a worker."""
+def worker_label(name: Any, address: str) -> str:
+    """A worker as messages name it: its name (``dask worker --name``) and address, or the address
+    alone where it has no name of its own (dask then names it by its address)."""
+    return address if name is None or str(name) in ("", address) else f"{name} ({address})"
+
+
+def _current_worker() -> Any:
+    """The dask worker running this task, or None outside a worker."""
     if "distributed" in sys.modules:
         from distributed import get_worker
 
         try:
-            return str(get_worker().address)
+            return get_worker()
         except ValueError:  # not in a worker
             pass
-    return "this process"
+    return None
 
 
 def compute_slice(task: Task) -> SliceResult:
     """Compute a task's slice and return it (never writes anything).  Runs on a worker, whose
-    allocator keeps freed arrays during the slice and hands them back after it (``allocator.py``);
-    any error comes back as one line naming the worker (``SliceError``)."""
-    worker = _worker_name()
+    allocator keeps freed arrays during the slice and hands them back after it (``allocator.py``),
+    and which stops it once dask cancels its task (``_stopped_when_cancelled``); any error comes
+    back as one line naming the worker (``SliceError``)."""
+    worker = _current_worker()
+    name = "this process" if worker is None else worker_label(worker.name, worker.address)
     allocator.keep_freed_memory()
     try:
         start = time.perf_counter()
-        eps, eps_lower = slice_values(task)
-        return SliceResult(task.slice, eps, eps_lower, time.perf_counter() - start, provenance(), worker)
+        with _stopped_when_cancelled(worker):
+            eps, eps_lower = slice_values(task)
+        return SliceResult(task.slice, eps, eps_lower, time.perf_counter() - start, provenance(), name,
+                           "" if worker is None else worker.address)
     except Exception as err:  # noqa: BLE001 - any error of the engine: one line, retried by dask
-        raise SliceError(f"worker {worker}: {type(err).__name__}: {err}") from None
+        raise SliceError(f"worker {name}: {type(err).__name__}: {err}") from None
     finally:
         allocator.release_freed_memory()
+
+
+@contextmanager
+def _stopped_when_cancelled(worker: Any) -> Iterator[None]:
+    """Run the body in a dask ``worker``'s task thread (None: as is) and stop it once dask has
+    cancelled its task (the client cancelled it, went away or lost its scheduler): dask cannot
+    interrupt a running task, which would compute on for minutes.  A watcher thread reads the
+    worker's state of the task every CANCEL_POLL_SECONDS and then raises SliceCancelled in the
+    body's thread (``PyThreadState_SetAsyncExc``: at its next bytecode, so between two numpy
+    calls of the engine).  A task cancelled and then asked for again (state "resumed", a build
+    resubmitting it) runs on.  No exception is left pending once the body has ended."""
+    key = _task_key(worker)
+    if key is None:
+        yield
+        return
+    body, lock, done, fired = threading.get_ident(), threading.Lock(), threading.Event(), []
+
+    def watch() -> None:
+        while not done.wait(CANCEL_POLL_SECONDS):
+            state = worker.state.tasks.get(key)
+            if state is None or state.state == "cancelled":
+                with lock:
+                    if not done.is_set():
+                        fired.append(_raise_in_thread(body, SliceCancelled))
+                return
+
+    watcher = threading.Thread(target=watch, name=f"cancel-watch-{key}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done.set()
+            if fired:
+                _raise_in_thread(body, None)  # clears it where the body ended before it was raised
+        watcher.join()
+
+
+def _task_key(worker: Any) -> Any:
+    """The key of the task this thread runs on ``worker`` (None: not in a worker's task thread)."""
+    try:
+        return None if worker is None else worker.get_current_task()
+    except (KeyError, AttributeError):  # a worker's other threads; distributed without get_current_task
+        return None
+
+
+def _raise_in_thread(ident: int, exception: type[BaseException] | None) -> int:
+    """Raise ``exception`` in the thread ``ident`` at its next bytecode (None: clear one pending)."""
+    import ctypes
+
+    return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                      None if exception is None else ctypes.py_object(exception))
 
 
 def check_provenance(result: SliceResult, expected: dict[str, str]) -> None:
@@ -258,23 +335,26 @@ def header(spec: Spec) -> dict[str, Any]:
 
 def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
           client: Any = None, progress: bool = True, fresh: bool = False, log: Callable[[str], None] = print,
-          sign_key: str | Path | None = None) -> Report:
+          sign_key: str | Path | None = None, security: Any = None) -> Report:
     """Build (or finish building) the table of ``spec`` at ``out``.
 
     ``client``: a connected ``distributed.Client`` of any cluster (dask-jobqueue, the Kubernetes
-    operator, ...; left open); else ``scheduler``: address of a running dask scheduler; else a
-    LocalCluster with ``workers`` single-threaded worker processes (default: this machine's
+    operator, ...; left open); else ``scheduler``: address of a running dask scheduler (over TLS:
+    a tls:// address and ``security``, a ``distributed.security.Security``, see ``client_security``);
+    else a LocalCluster with ``workers`` single-threaded worker processes (default: this machine's
     cores); workers=0 computes in this process without dask.  One build per ``out`` at a time
     (``store.build_lock``).  ``sign_key``: an Ed25519 private key (PEM) that signs the published
     table (``lookup.trust``), also when it is already up to date.
     """
     out = Path(out)
+    connect = functools.partial(_connected, client, scheduler, workers, log, security)
     with store.build_lock(out, f"tablegen build --spec {spec.source} --out {out}"):
-        return _build_locked(spec, out, scheduler, workers, client, progress, fresh, log, sign_key)
+        return _build_locked(spec, out, connect, workers == 0 and client is None and scheduler is None, progress,
+                             fresh, log, sign_key)
 
 
-def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | None, client: Any, progress: bool,
-                  fresh: bool, log: Callable[[str], None], sign_key: str | Path | None) -> Report:
+def _build_locked(spec: Spec, out: Path, connect: Callable[[], Any], in_process: bool, progress: bool, fresh: bool,
+                  log: Callable[[str], None], sign_key: str | Path | None) -> Report:
     store.check_replaceable(out)
     if fresh:
         shutil.rmtree(store.staging_path(out), ignore_errors=True)
@@ -284,23 +364,22 @@ def _build_locked(spec: Spec, out: Path, scheduler: str | None, workers: int | N
         if sign_key is not None:
             log(f"signed: {_sign_vouched(out, sign_key)}")
         return Report(0, total, 0.0)
-    distributed = client is not None or scheduler is not None or workers != 0
-    _import_build_extra(distributed=distributed, progress=progress)
+    _import_build_extra(distributed=not in_process, progress=progress)
     start = time.perf_counter()
     left: list[tuple[int, int]] = []
     try:
-        with _stopped_by_signals(), _connected(client, scheduler, workers, log) as cluster:
+        with _stopped_by_signals(), connect() as cluster:
             staging = store.open_staging(out, header(spec), spec.shape, log)  # only once the cluster answers
             done = store.sealed_slices(staging, header(spec), spec.n.size, log)  # made here: the others recomputed
             left = todo(spec, done)
             log(f"{spec.slice_count} slices ({total} curves): {len(done)} already finished, {len(left)} to compute")
-            results = _results(cluster, (task(spec, r, e) for r, e in left), spec.digest()[:12], log)
-            for result in progress_bar(results, len(left), progress):
-                accept(staging, result, header(spec))
+            # closed before the client: a build that stops cancels its tasks on the cluster
+            with closing(_results(cluster, (task(spec, r, e) for r, e in left), spec.digest()[:12], log)) as results:
+                for result in progress_bar(results, len(left), progress):
+                    accept(staging, result, header(spec))
     except (BuildInterrupted, BuildFailed) as stop:
         kept = len(store.finished(store.staging_path(out), spec.n.size))
-        where = f"{kept} of {spec.slice_count} slices finished, kept in {store.staging_path(out)}; the same command " \
-                "resumes"
+        where = f"{kept} of {spec.slice_count} slices are kept in {store.staging_path(out)}: the same command resumes"
         if isinstance(stop, BuildFailed):
             raise BuildFailed(f"{stop}; {where}") from None
         raise BuildInterrupted(stop.signum, f"build stopped by {signal.Signals(stop.signum).name}: {where}") from None
@@ -352,11 +431,45 @@ def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | 
     record_built(out, digest)
 
 
+def client_security(scheduler: str | None, ca_file: str | None = None, cert: str | None = None,
+                    key: str | None = None) -> Any:
+    """The ``distributed.security.Security`` of a build's client for ``scheduler`` (None where it
+    needs none): for a tls:// address the CA (``ca_file``), the client's certificate (``cert``) and
+    key (``key``; None where the key is in the certificate's file), or where none of them is given
+    dask's own configuration (``distributed.comm.tls.ca-file``, ``distributed.comm.tls.client.cert``
+    and ``.key``).  The files are loaded here: a missing or bad one is a ValueError naming it."""
+    given = {"--tls-ca-file": ca_file, "--tls-cert": cert, "--tls-key": key}
+    if not str(scheduler or "").startswith("tls://"):
+        if any(given.values()):
+            raise ValueError(f"{', '.join(k for k, v in given.items() if v)}: only for a --scheduler tls://HOST:PORT "
+                             "(a dask scheduler started with --tls-ca-file, --tls-cert and --tls-key)")
+        return None
+    import ssl
+
+    from distributed.security import Security
+
+    security = Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, require_encryption=True) \
+        if any(given.values()) else Security(require_encryption=True)
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise ValueError(f"--scheduler {scheduler} needs the client's TLS files: --tls-ca-file and --tls-cert (and "
+                         "--tls-key unless the key is in the certificate's file), or dask's configuration "
+                         "distributed.comm.tls.ca-file and distributed.comm.tls.client.cert")
+    try:
+        security.get_connection_args("client")  # loads the CA, the certificate and the key
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"cannot load the client's TLS files (--tls-ca-file {security.tls_ca_file}, --tls-cert "
+                         f"{security.tls_client_cert}, --tls-key {security.tls_client_key}): "
+                         f"{' '.join(str(err).split())}") from None
+    return security
+
+
 @contextmanager
-def _connected(client: Any, scheduler: str | None, workers: int | None, log: Callable[[str], None]) -> Iterator[Any]:
+def _connected(client: Any, scheduler: str | None, workers: int | None, log: Callable[[str], None],
+               security: Any = None) -> Iterator[Any]:
     """The dask client of this build: ``client`` itself (left open), one connected to
-    ``scheduler`` (SchedulerUnreachable within CONNECT_SECONDS if none answers there), one of a
-    new LocalCluster of ``workers`` processes, or None for workers=0 (in this process)."""
+    ``scheduler`` with ``security`` (SchedulerUnreachable within CONNECT_SECONDS if none answers
+    there), one of a new LocalCluster of ``workers`` processes, or None for workers=0 (in this
+    process)."""
     if client is not None:
         log(f"dask dashboard: {client.dashboard_link}")
         yield client
@@ -367,10 +480,14 @@ def _connected(client: Any, scheduler: str | None, workers: int | None, log: Cal
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
-        _probe(scheduler)
-        with Client(scheduler, timeout=CONNECT_SECONDS) as own:
+        _probe(scheduler, security)
+        own = Client(scheduler, timeout=CONNECT_SECONDS, security=security)
+        try:
             log(f"dask dashboard: {own.dashboard_link}")
             yield own
+        finally:
+            with _client_logs_silenced(own.status != "running"):  # the scheduler gone: see SchedulerLost
+                own.close()
         return
     cluster = LocalCluster(n_workers=workers or len(_usable_cores()), threads_per_worker=1, processes=True,
                            dashboard_address=":0", silence_logs=40)
@@ -382,10 +499,28 @@ def _connected(client: Any, scheduler: str | None, workers: int | None, log: Cal
         cluster.close()
 
 
-def _probe(address: str) -> None:
+@contextmanager
+def _client_logs_silenced(silenced: bool) -> Iterator[None]:
+    """dask's client logs silenced while the body runs, where ``silenced``: closing a client whose
+    scheduler went away cancels its attempts to reconnect, which it logs as a 30-line traceback
+    after the build's own one-line message."""
+    import logging
+
+    logger = logging.getLogger("distributed.client")
+    level = logger.level
+    if silenced:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _probe(address: str, security: Any = None) -> None:
     """SchedulerUnreachable unless a dask scheduler at ``address`` answers its identity call within
-    CONNECT_SECONDS (asked in a thread of its own, so a caller's running event loop is no matter;
-    a failed ``Client`` would leave a half-made client whose close prints a traceback at exit)."""
+    CONNECT_SECONDS, over TLS with ``security`` for a tls:// address (asked in a thread of its
+    own, so a caller's running event loop is no matter; a failed ``Client`` would leave a half-made
+    client whose close prints a traceback at exit)."""
     import asyncio
     import concurrent.futures
     import socket
@@ -393,14 +528,16 @@ def _probe(address: str) -> None:
     from distributed.comm.addressing import parse_address, parse_host_port
     from distributed.core import rpc
 
+    arguments = security.get_connection_args("client") if security is not None else {}
+
     async def identity() -> dict[str, Any]:
-        async with rpc(address, timeout=CONNECT_SECONDS) as scheduler:
+        async with rpc(address, timeout=CONNECT_SECONDS, connection_args=arguments) as scheduler:
             return await asyncio.wait_for(scheduler.identity(), CONNECT_SECONDS)
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
             scheme, location = parse_address(address)
-            if scheme == "tcp":  # a refused connection at once (dask's connect retries it until its timeout)
+            if scheme in ("tcp", "tls"):  # a refused connection at once (dask's connect retries it until its timeout)
                 socket.create_connection(parse_host_port(location), timeout=CONNECT_SECONDS).close()
             answer = pool.submit(asyncio.run, identity()).result()
         except Exception as err:  # noqa: BLE001 - refused, timed out, another protocol: all one answer
@@ -408,7 +545,8 @@ def _probe(address: str) -> None:
     if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
         reason = answer.get("error", "not a dask scheduler") if isinstance(answer, dict) else "not a dask scheduler"
         raise SchedulerUnreachable(f"no dask scheduler answered at --scheduler {address} within {CONNECT_SECONDS} s "
-                                   f"({reason[:200]}); start one with `dask scheduler` and check the address")
+                                   f"({reason[:200]}); start one with `dask scheduler` and check the address (tls:// "
+                                   "and --tls-* files for a scheduler started with --tls-cert: docs/cluster.md)")
 
 
 def _usable_cores() -> set[int]:
@@ -437,14 +575,16 @@ def _cluster_results(client: Any, tasks: Iterator[Task], prefix: str,
     A task that raises is retried by dask (``RETRIES``; a task lost with its worker is rerun by
     the scheduler); one failing every try raises BuildFailed naming the slice and the error.  A
     result the client refuses (``accept``: EngineMismatch) is logged, its worker left out of the
-    later tasks and the slice resubmitted; BuildFailed when no worker is left.  Pending tasks are
-    cancelled when the caller stops (tasks write nothing, so nothing happens after that)."""
+    later tasks and the slice resubmitted; BuildFailed when no worker is left; SchedulerLost when
+    the scheduler goes away.  Pending tasks are cancelled when the caller stops, however it stops
+    (tasks write nothing, and a running one stops: ``_stopped_when_cancelled``)."""
     import queue
 
     pending: dict[Any, Task] = {}
     completed: queue.Queue[Any] = queue.Queue()  # futures put here by dask as they finish, in any state
-    refused: dict[str, str] = {}  # worker -> why
+    refused: dict[str, str] = {}  # worker address -> why
     tries = itertools.count(1)
+    scheduler = client.scheduler.address
 
     def submit(t: Task, key: str = "") -> None:
         allowed = None
@@ -471,23 +611,40 @@ def _cluster_results(client: Any, tasks: Iterator[Task], prefix: str,
                 log(_stalled(client, len(pending)))
                 continue
             t = pending.pop(future)
-            if future.status != "finished":
-                error = " ".join(str(future.exception()).split()) if future.status == "error" else future.status
-                raise BuildFailed(f"slice {t.label} failed on every try ({1 + RETRIES}): {error}")
-            result = future.result()
-            future.release()
+            result = _finished(client, scheduler, future, t)
             try:
                 check_provenance(result, provenance())
             except EngineMismatch as err:
-                refused.setdefault(result.worker, str(err))
+                refused.setdefault(result.address or result.worker, str(err))
                 log(f"refused: {err}; its later tasks go to the other workers")
                 submit(t, f"slice-{prefix}-{t.slice[0]}-{t.slice[1]}-retry{next(tries)}")
                 continue
             yield result
             fill()
+    except (BuildFailed, BuildInterrupted):
+        raise
+    except Exception:  # noqa: BLE001 - a call to a scheduler that went away: one line naming it
+        if client.status == "running":
+            raise
+        raise SchedulerLost(f"the dask scheduler {scheduler} went away mid-build") from None
     finally:
-        if pending:
-            client.cancel(list(pending))
+        if pending and client.status == "running":
+            client.cancel(list(pending), force=True)
+
+
+def _finished(client: Any, scheduler: str, future: Any, t: Task) -> SliceResult:
+    """The result of task ``t``'s ``future``, done in any state; BuildFailed naming the slice and
+    the error where it failed on every try (dask's ``retries``: 1 + RETRIES tries), SchedulerLost
+    where it was cancelled because the client lost its ``scheduler``."""
+    if future.status == "cancelled" and client.status != "running":  # the client cancels them all then
+        raise SchedulerLost(f"the dask scheduler {scheduler} went away mid-build")
+    if future.status != "finished":
+        error = " ".join(str(future.exception()).split()) if future.status == "error" else future.status
+        raise BuildFailed(f"slice {t.label} failed on every one of its {1 + RETRIES} tries (retries={RETRIES}): "
+                          f"{error}")
+    result = future.result()
+    future.release()
+    return result
 
 
 def _workers(client: Any) -> dict[str, dict[str, Any]]:
@@ -504,7 +661,7 @@ def _stalled(client: Any, running: int) -> str:
     workers = _workers(client)
     if not workers:
         return f"no slice finished in {STATUS_SECONDS} s: no worker is connected to the scheduler"
-    paused = sorted(w for w, info in workers.items() if info.get("status") == "paused")
+    paused = sorted(worker_label(info.get("name"), w) for w, info in workers.items() if info.get("status") == "paused")
     line = f"no slice finished in {STATUS_SECONDS} s: {running} slices submitted, {len(workers)} workers"
     if paused:
         names = ", ".join(paused[:3]) + (", ..." if len(paused) > 3 else "")
@@ -606,8 +763,10 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
 
     The sampled slices run on ``processes`` local processes (default: this machine's cores) for
     at most ``budget`` seconds: a slice still running then counts at its time so far (a lower
-    bound, flagged), one not started is left out.  Wall time on ``cores``: Graham's bound for
-    greedy scheduling (Graham 1969), core-seconds / cores + the slowest slice, then the merge."""
+    bound, flagged), one not started is left out; where no sampled slice finished, nothing is
+    estimated (BuildFailed saying so and naming a larger ``--budget``).  Wall time on ``cores``:
+    Graham's bound for greedy scheduling (Graham 1969), core-seconds / cores + the slowest slice,
+    then the merge."""
     done = store.finished(store.staging_path(out), spec.n.size) if out else set()
     left = spec.slice_count - len(done)
     strata = _strata(spec, done, sample, seed)
@@ -626,13 +785,12 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
                 accept(staging, result, header(spec))
             log(f"  timed {_pick_label(spec, pick)}: {'>= ' if result is None else ''}{seconds:.2f} s")
         sizes = _sizes(spec, staging, store.finished(staging, spec.n.size))
+    _check_measured(timed, budget)
     per_stratum = [[timed[p][0] for p in stratum if p in timed] for _, stratum in strata]
     seconds = [t for times in per_stratum for t in times]
     if any(not times for times in per_stratum):
         log("  a stratum (slices with or without lower bounds) has no slice timed within the budget: its slices "
             "count at the others' mean; raise --budget")
-    if not seconds:
-        raise BuildFailed(f"no sampled slice started within --budget {budget:g} s")
     # stratified estimate: each stratum's mean times its number of tasks, standard errors combined
     # (a stratum timed once has no spread to go by: its standard error is taken as its mean)
     pairs = [(count, times) for (count, _), times in zip(strata, per_stratum, strict=True) if times]
@@ -658,6 +816,20 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     }
     _log_figures(figures, log)
     return figures
+
+
+def _check_measured(timed: dict[tuple[int, int], tuple[float, bool]], budget: float) -> None:
+    """BuildFailed unless a sampled slice finished within the budget (``timed``: seconds and
+    whether it was stopped by the budget): with none, the time per slice has no spread to go by
+    and the store sizes nothing to compress, so nothing is estimated and the message says how to
+    measure them."""
+    if any(not stopped for _, stopped in timed.values()):
+        return
+    ran = f"{len(timed)} stopped at the budget after {min(s for s, _ in timed.values()):.2f} s or more, so a slice " \
+        "takes longer than that" if timed else "none started"
+    raise BuildFailed(f"no sampled slice finished within --budget {budget:g} s ({ran}): the core-hours, the wall "
+                      "time and the store sizes cannot be measured; run the dry run again with a larger --budget, "
+                      f"e.g. --budget {max(10 * budget, DRY_RUN_BUDGET):g}")
 
 
 def _log_figures(f: dict[str, Any], log: Callable[[str], None]) -> None:

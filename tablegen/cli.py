@@ -425,8 +425,14 @@ def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
 @main.command()
 @click.option("--spec", "spec_path", required=True, help="grid spec, e.g. workflows/default.toml")
 @click.option("--out", required=True, help="table to write, e.g. data/default.zarr")
-@click.option("--scheduler", default=None, help="tcp://HOST:PORT of a dask scheduler (default: a local cluster); "
-              "workers need only shuffle-eps installed (docs/cluster.md)")
+@click.option("--scheduler", default=None, help="tcp://HOST:PORT or tls://HOST:PORT of a dask scheduler (default: a "
+              "local cluster); workers need only shuffle-eps installed (docs/cluster.md)")
+@click.option("--tls-ca-file", default=None, help="--scheduler tls://: the cluster's CA certificate (PEM; default: "
+              "dask's distributed.comm.tls.ca-file)")
+@click.option("--tls-cert", default=None, help="--scheduler tls://: this client's certificate (PEM; default: dask's "
+              "distributed.comm.tls.client.cert)")
+@click.option("--tls-key", default=None, help="--scheduler tls://: this client's private key (PEM), unless it is in "
+              "--tls-cert's file")
 @click.option("--workers", type=int, default=None, help="local cluster worker processes (default: all cores; "
               "0: compute in this process without dask)")
 @click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
@@ -438,8 +444,9 @@ def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
               help="--dry-run: seconds spent timing the sample (on --workers local processes, default all cores)")
 @click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
 @click.option("--sign-key", default=None, help="Ed25519 private key (PEM) to sign the published table with")
-def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, fresh: bool, no_progress: bool,
-          dry_run: bool, sample: int, cores: int, budget: float, as_json: bool, sign_key: str | None) -> None:
+def build(spec_path: str, out: str, scheduler: str | None, tls_ca_file: str | None, tls_cert: str | None,
+          tls_key: str | None, workers: int | None, fresh: bool, no_progress: bool, dry_run: bool, sample: int,
+          cores: int, budget: float, as_json: bool, sign_key: str | None) -> None:
     """Fill a zarr table of certified eps over a grid spec (resumable; published atomically)."""
     from tablegen import build as builder
     from tablegen.spec import load_spec
@@ -458,8 +465,9 @@ def build(spec_path: str, out: str, scheduler: str | None, workers: int | None, 
             if as_json:
                 click.echo(json.dumps(figures))
             return
+        security = builder.client_security(scheduler, tls_ca_file, tls_cert, tls_key)
         builder.build(spec, out, scheduler=scheduler, workers=workers, progress=not no_progress, fresh=fresh,
-                      log=click.echo, sign_key=sign_key)
+                      log=click.echo, sign_key=sign_key, security=security)
     except ValueError as exc:
         _fail(exc)
     except builder.BuildFailed as exc:

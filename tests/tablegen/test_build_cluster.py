@@ -1,10 +1,12 @@
 """The build on a real multi-process dask cluster (scheduler and workers started from the ``dask``
 command line on 127.0.0.1): workers that cannot see the client's output, a worker SIGKILLed
-mid-build, a worker running another engine (refused, named), retries, an unreachable scheduler."""
+mid-build, a worker running another engine (refused, named), retries, an unreachable scheduler,
+a stopped build's tasks stopping on the workers, a scheduler dying mid-build, a cluster over TLS."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from dask_processes import scheduler_address
+from dask_processes import dask_cluster, running_tasks, tls_files, wait_until
 from distributed import Client, LocalCluster
 
 from tablegen import build as builder
@@ -43,7 +45,22 @@ family = "generic"
 """
 SLICES = 12
 OTHER_ENGINE = "import tablegen\ntablegen.ENGINE_VERSION = '4'  # another install's engine\n"
-DASK = [sys.executable, "-m", "dask"]
+SLOW_ROW = """
+import time
+from tablegen import build
+real = build.__dict__.setdefault("real_slice_values", build.slice_values)  # dask may run a preload twice
+
+
+def slow(task):
+    if task.slice[0] == 1:  # the second row: the engine again and again for 10 minutes, as a slow spec's slice
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            real(task)
+    return real(task)
+
+
+build.slice_values = slow
+"""
 
 
 def values(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -75,63 +92,21 @@ def reference(spec_path: Path) -> Path:
     return out
 
 
-class Cluster:
-    """A ``dask scheduler`` and ``dask worker`` processes on 127.0.0.1, each in its own folder."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.procs, self.address = root, {}, ""
-
-    def start_scheduler(self) -> None:
-        info = self.root / "scheduler.json"
-        self._spawn("scheduler", [*DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                  "--scheduler-file", str(info)])
-        self.address = scheduler_address(info)
-
-    def start_worker(self, name: str, *extra: str) -> None:
-        """A worker (with its nanny) whose working and temporary directories are its own."""
-        self._spawn(name, [*DASK, "worker", self.address, "--name", name, "--nthreads", "1", "--no-dashboard",
-                           "--local-directory", str(self.root / name / "local"), *extra])
-
-    def _spawn(self, name: str, command: list[str]) -> None:
-        home = self.root / name
-        (home / "tmp").mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TMPDIR": str(home / "tmp"), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-        with open(home / "log", "w") as log:
-            self.procs[name] = subprocess.Popen(command, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker, its nanny and anything they started
-        proc.wait(timeout=30)
-
-    def wait_for(self, names: set[str]) -> dict[str, str]:
-        """Wait until exactly the workers ``names`` are connected; their addresses by name."""
-        with Client(self.address, timeout=30) as client:
-            deadline = time.time() + 90
-            while time.time() < deadline:
-                workers = client.scheduler_info(n_workers=-1)["workers"]
-                if {w["name"] for w in workers.values()} == names:
-                    return {w["name"]: address for address, w in workers.items()}
-                time.sleep(0.2)
-        raise AssertionError(f"workers {names} did not connect")
-
-
-@contextmanager
-def dask_cluster(root: Path) -> Iterator[Cluster]:
-    cluster = Cluster(root)
-    try:
-        cluster.start_scheduler()
-        yield cluster
-    finally:
-        for name in list(cluster.procs)[::-1]:
-            cluster.stop(name)
-
-
 def cli_build(cwd: Path, spec: Path, out: str, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec), "--out", out, "--no-progress",
                *extra]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def start_build(cwd: Path, spec: Path, out: Path, scheduler: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tablegen.cli", "build", "--spec", str(spec), "--out", str(out), "--no-progress",
+               "--scheduler", scheduler]
+    return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def slow_slice_running(client: Client) -> bool:
+    """A slice of the second row (SLOW_ROW: minutes) runs in a worker thread."""
+    return any(key.split("-")[2] == "1" for key in running_tasks(client))
 
 
 def test_a_real_cluster_whose_workers_cannot_see_the_output(spec_path: Path, reference: Path, tmp_path: Path) -> None:
@@ -148,7 +123,7 @@ def test_a_real_cluster_whose_workers_cannot_see_the_output(spec_path: Path, ref
         refused = cli_build(client_dir, spec_path, "t.zarr", "--scheduler", cluster.address)
         assert refused.returncode == 1, refused.stderr
         assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-        assert f"worker {other} runs other code: engine_version 4 (client: 3)" in refused.stderr
+        assert f"worker other ({other}) runs other code: engine_version 4 (client: 3)" in refused.stderr
         assert "no worker left" in refused.stderr and not (client_dir / "t.zarr").exists()
         cluster.stop("other")
 
@@ -207,9 +182,9 @@ def test_a_slice_failing_on_every_try_ends_the_build_with_one_message(spec_path:
         broken, calls = True, {}
         with pytest.raises(builder.BuildFailed) as failed:
             builder.build(load_spec(spec_path), tmp_path / "u.zarr", client=client, progress=False, log=quiet)
-    message = str(failed.value)
-    assert message.startswith(f"slice generic eps0 1.5 (slice 1_2) failed on every try ({1 + builder.RETRIES}): "
-                              "worker inproc://")
+    message = str(failed.value)  # named as dask counts: retries=2, so 3 tries; the worker by its name and address
+    assert re.match(r"slice generic eps0 1\.5 \(slice 1_2\) failed on every one of its 3 tries \(retries=2\): "
+                    r"worker [01] \(inproc://[^)]+\): ", message), message
     assert "RuntimeError: disk on fire" in message and "\n" not in message and "the same command resumes" in message
     assert calls[(1, 2)] == 1 + builder.RETRIES and not (tmp_path / "u.zarr").exists()
 
@@ -273,3 +248,73 @@ def test_a_stalled_build_says_which_workers_are_paused() -> None:
     line = builder._stalled(_Scheduler(["running", "paused", "paused"]), 5)
     assert "5 slices submitted, 3 workers, 2 paused by dask for memory (tcp://10.0.0.1:1, tcp://10.0.0.2:1)" in line
     assert "no worker is connected" in builder._stalled(_Scheduler([]), 5)
+
+
+def test_a_stopped_build_leaves_no_slice_computing_on_the_workers(spec_path: Path, tmp_path: Path) -> None:
+    """Issue 48: dask cannot interrupt a task in a worker thread, so a build stopped mid-slice left
+    it computing for minutes.  A slice of 10 minutes running on the worker: the build stopped by
+    SIGINT (exit 130, one line), then another one killed (SIGKILL: the client gone), and each
+    time the worker's thread is free within seconds."""
+    (tmp_path / "slow.py").write_text(SLOW_ROW)
+    out = tmp_path / "t.zarr"
+    with dask_cluster(tmp_path / "cluster") as cluster:
+        cluster.start_worker("a", "--preload", str(tmp_path / "slow.py"))
+        cluster.wait_for({"a"})
+        with cluster.client() as client:
+            for signum in (signal.SIGINT, signal.SIGKILL):
+                running = start_build(tmp_path, spec_path, out, cluster.address)
+                wait_until(lambda: slow_slice_running(client), 60, "no slice of the second row started")
+                running.send_signal(signum)
+                _, err = running.communicate(timeout=60)
+                assert running.returncode == (130 if signum == signal.SIGINT else -signal.SIGKILL), err
+                if signum == signal.SIGINT:
+                    assert err.startswith("error: build stopped by SIGINT: ") and len(err.splitlines()) == 1, err
+                seconds = wait_until(lambda: not running_tasks(client), 10, "the worker still computes a slice of "
+                                     f"the build stopped by {signal.Signals(signum).name}")
+                assert seconds < 10 and not out.exists()
+
+
+def test_a_scheduler_that_dies_mid_build_is_one_line_naming_it(spec_path: Path, tmp_path: Path) -> None:
+    """Issue 48: a scheduler SIGKILLed mid-build gave a 35-line traceback ending in "cancelled";
+    now one line naming the scheduler and the slices kept, exit status 1."""
+    (tmp_path / "slow.py").write_text(SLOW_ROW)
+    out = tmp_path / "t.zarr"
+    with dask_cluster(tmp_path / "cluster") as cluster:
+        cluster.start_worker("a", "--preload", str(tmp_path / "slow.py"))
+        cluster.wait_for({"a"})
+        running = start_build(tmp_path, spec_path, out, cluster.address)
+        with cluster.client() as client:
+            wait_until(lambda: slow_slice_running(client), 60, "no slice of the second row started")
+        cluster.stop("scheduler")
+        _, err = running.communicate(timeout=60)
+    kept = len(store.finished(store.staging_path(out), 3))
+    assert running.returncode == 1, err
+    assert err == (f"error: the dask scheduler {cluster.address} went away mid-build; {kept} of {SLICES} slices are "
+                   f"kept in {store.staging_path(out)}: the same command resumes\n")
+
+
+def test_a_build_over_tls_equals_the_reference_and_a_plain_client_is_refused(spec_path: Path, reference: Path,
+                                                                            tmp_path: Path) -> None:
+    """Issue 48: a scheduler and a worker listening on tls:// only, with certificates of a CA made
+    here; `tablegen build --scheduler tls://... --tls-ca-file --tls-cert --tls-key` builds the
+    table of --workers 0; a tcp:// client, and a tls:// one without the client's files, are
+    refused with one line, exit status 2, nothing written."""
+    files = {name: str(path) for name, path in tls_files(tmp_path).items()}
+    served = ("--tls-ca-file", files["ca"], "--tls-cert", files["cert"], "--tls-key", files["key"])
+    client = ("--tls-ca-file", files["ca"], "--tls-cert", files["client_cert"], "--tls-key", files["client_key"])
+    with dask_cluster(tmp_path / "cluster", served) as cluster:
+        assert cluster.address.startswith("tls://127.0.0.1:")
+        cluster.start_worker("a")
+        worker = cluster.wait_for({"a"}, builder.client_security(cluster.address, *client[1::2]))["a"]
+        assert worker.startswith("tls://")
+        done = cli_build(tmp_path, spec_path, "t.zarr", "--scheduler", cluster.address, *client)
+        assert done.returncode == 0, done.stderr
+        assert_same_table(tmp_path / "t.zarr", reference)
+        plain = cli_build(tmp_path, spec_path, "u.zarr", "--scheduler", cluster.address.replace("tls:", "tcp:"),
+                          timeout=60)
+        no_files = cli_build(tmp_path, spec_path, "u.zarr", "--scheduler", cluster.address, timeout=60)
+    assert plain.returncode == 2 and plain.stderr.startswith("error: no dask scheduler answered at --scheduler tcp://")
+    assert no_files.returncode == 2 and "needs the client's TLS files: --tls-ca-file and --tls-cert" in no_files.stderr
+    for refused in (plain, no_files):
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert not list(tmp_path.glob("u.zarr*"))
