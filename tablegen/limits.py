@@ -63,6 +63,7 @@ EPS0_LIMIT = 40.0
 # 1.2% at 1e-14, 1e-9 of it from 1e-16 on; exact to 1e-9 relative from 1e-12 up).  1e-6 keeps six
 # orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6)
 EPS0_MIN = 1e-6
+EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"  # how every message states it: lookup.api.EPS0_MIN_TEXT (a test keeps them equal)
 # eps0 itself is answered above EPS0_MAX when the lower bound is at least (1 - EPS0_NEAR) eps0
 EPS0_NEAR = 0.01
 # k of k-RR, g of OLH and the finite domain size (tablegen/mechanisms/frequency.py): k = 1e8 took at
@@ -164,11 +165,9 @@ def checked_eps0(eps0: float) -> float:
 
 def minimum_eps0(eps0: float) -> float:
     """eps0 as a finite float >= EPS0_MIN (ValueError otherwise, stating the minimum as lookup and
-    every help text do: ``lookup.api.EPS0_MIN_TEXT``)."""
+    every help text do: ``EPS0_MIN_TEXT``)."""
     value = validate.number("eps0", eps0)
     if not (math.isfinite(value) and value >= EPS0_MIN):
-        from lookup.api import EPS0_MIN_TEXT  # the light side's, shared (lookup imports no tablegen)
-
         raise ValueError(f"eps0 must be {EPS0_MIN_TEXT} and finite (below {EPS0_MIN:g} the engine's double-precision "
                          f"laws are not certified; docs/engine.md, Supported domain), got eps0={eps0!r}")
     return value

@@ -19,16 +19,16 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in _ALL}
 
 
 def get_mechanism(name: str) -> Mechanism:
-    """The mechanism called ``name``, in any case (``lookup.api.mechanism_name``); ValueError
-    suggesting the closest known name otherwise (the known names include the multi-message
-    protocols, which have their own accounting)."""
-    from lookup.api import mechanism_name
+    """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.api.mechanism_name``
+    reads it); ValueError suggesting the closest known name otherwise (the known names include the
+    multi-message protocols, which have their own accounting)."""
     from tablegen.protocols.accounting import PROTOCOLS
 
+    lower = name.lower() if isinstance(name, str) else name
     try:
-        return MECHANISMS[mechanism_name(name)]
+        return MECHANISMS[lower]
     except (KeyError, TypeError):
-        if mechanism_name(name) in PROTOCOLS:
+        if lower in PROTOCOLS:
             raise ValueError(f"mechanism={name!r} is a multi-message protocol with noise parameter p, not an "
                              f"eps0-LDP randomizer: use `tablegen compute --mechanism {name} --p P` or "
                              f"`tablegen calibrate` / `lookup calibrate`") from None

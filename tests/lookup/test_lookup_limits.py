@@ -70,11 +70,12 @@ def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
 
 def test_one_largest_n_for_table_and_engine() -> None:
     """lookup refuses n beyond the live engine's limit even where the table's edge could answer."""
-    from lookup.api import EPS0_MIN, N_LIMIT
+    from lookup.api import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT
     from tablegen.limits import EPS0_MIN as ENGINE_EPS0_MIN
+    from tablegen.limits import EPS0_MIN_TEXT as ENGINE_EPS0_MIN_TEXT
     from tablegen.limits import N_LIMIT as ENGINE_N_LIMIT
 
-    assert N_LIMIT == ENGINE_N_LIMIT and EPS0_MIN == ENGINE_EPS0_MIN
+    assert N_LIMIT == ENGINE_N_LIMIT and EPS0_MIN == ENGINE_EPS0_MIN and EPS0_MIN_TEXT == ENGINE_EPS0_MIN_TEXT
     with pytest.raises(ValueError, match="eps0 must be >= 1e-06"):  # the engine is not certified below
         lookup.eps("krr", eps0=1e-7, n=100, delta=1e-8, k=10)
     lookup.eps("krr", eps0=2.0, n=float(N_LIMIT), delta=1e-8, k=10)
