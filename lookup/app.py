@@ -208,7 +208,7 @@ class Refiner:
                 with contextlib.suppress(Busy):
                     self.pool.submit(key, "background", self.settings.live_timeout, _worker_answer, kind, mechanism,
                                      kwargs, max_slack)
-        if quick and refined is None:
+        if quick and refined is None and "via" not in body:  # (a borrowed row's answer: its slice was asked)
             body = self.from_slice(mechanism, kwargs, body)
             if not _loose(body, max_slack):
                 return body

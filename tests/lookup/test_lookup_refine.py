@@ -473,3 +473,42 @@ def test_a_quick_refinement_is_one_certified_evaluation(monkeypatch: pytest.Monk
         assert np.isnan(slack)
     else:
         assert len(calls) > 1 and slack >= 0 and value >= high
+
+
+def test_a_borrowed_rows_answer_starts_its_slice_at_the_second_asking_only(table_path: Path) -> None:
+    """lookup/app.py's Refiner: a question the table answers through another row (via generic:
+    OLH between grid eps0) consults its eps0 slice once per asking; the slice, seconds of a core,
+    starts at the eps0's second asking, never at the first (a random question is asked once)."""
+    pytest.importorskip("starlette")
+    import asyncio
+
+    from lookup.app import Refiner, Settings
+
+    class Pool:
+        def __init__(self) -> None:
+            self.inflight: dict = {}
+            self.submitted: list[str] = []
+
+        def cached(self, key: str) -> None:
+            return None
+
+        def has_room(self, kind: str) -> bool:
+            return True
+
+        def submit(self, key: str, *args: object, **kwargs: object) -> asyncio.Future:
+            self.submitted.append(key)
+            return asyncio.get_running_loop().create_future()  # never done: answered unrefined
+
+    refining, slicing = Pool(), Pool()
+    refiner = Refiner(Settings(), refining, lookup.open_table(table_path), "tag", slicing)
+    kwargs = {"eps0": 1.37, "n": 57.0, "delta": 3.3e-6}
+    body = {"eps": 0.9, "eps_lower": None, "certified": True, "source": "table", "slack": None, "via": "generic"}
+
+    async def ask() -> dict:  # as the service does: the slice first, then the borrowed row's answer improved
+        assert refiner.from_slice("olh", kwargs, None) is None
+        return await refiner.improve("eps", "olh", kwargs, 0.02, body)
+
+    first = asyncio.run(ask())
+    assert first["refined"] is False and len(refining.submitted) == 1 and slicing.submitted == []
+    asyncio.run(ask())
+    assert len(slicing.submitted) == 1
