@@ -60,13 +60,16 @@ def api(base: str, path: str, query: dict[str, str]) -> tuple[int, dict[str, Any
 
 def settled(base: str, path: str, query: dict[str, str]) -> dict[str, Any]:
     """The server's answer once it stops changing: a table answer not refined within the server's
-    budget comes with ``"refined": false`` and its refinement is kept for the next question, so the
-    question is asked until two answers in a row are equal and refined (at most ``WAIT`` s)."""
+    budget comes with ``"refined": false`` and its refinement is kept for the next question; its
+    first refinement is quick (a certified estimate with its slack unknown), replaced by the full
+    one from the next asking on.  So the question is asked until two answers in a row are equal,
+    refined and not the quick one (at most ``WAIT`` s)."""
     deadline, last = time.monotonic() + WAIT, None
     while time.monotonic() < deadline:
         status, body = api(base, path, query)
         assert status == 200, body
-        if body == last and body.get("refined") is not False:
+        quick = body.get("source") == "certified estimate" and body.get("slack") is None
+        if body == last and body.get("refined") is not False and not quick:
             return body
         last = body
         time.sleep(0.1)
