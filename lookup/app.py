@@ -51,7 +51,7 @@ from starlette.routing import Route
 import lookup
 from lookup import live as live_engine
 from lookup import slices
-from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, parse_max_slack, parse_number
+from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, mechanism_name, parse_max_slack, parse_number
 from lookup.device import canonical
 from lookup.params import HELP, query_arguments
 from lookup.pool import LRU, REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
@@ -222,6 +222,7 @@ class Refiner:
             if not done or future.exception() is not None:
                 return {**body, "refined": False}
             refined = future.result()
+        refined = dict(refined)  # the cached answer stays whole: every asking sees its refutation
         refuted = refined.pop("refuted", None)  # the worker's refinement proved the table wrong
         if refuted:
             self.refute(refuted)
@@ -444,7 +445,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         allow_live = _boolean(raw.get("live", "true"))
         kwargs = query_arguments({name: raw[name] for name in required}, raw)
         max_slack = parse_max_slack(raw.get("max_slack"), kind)
-        mechanism = raw["mechanism"]
+        mechanism = mechanism_name(raw["mechanism"])
         call = getattr(lookup, kind)
         try:  # the table alone, here in the event loop: microseconds, never the engine
             result, lacking = call(mechanism, table=table, live=False, max_slack=None, **kwargs), None
@@ -456,11 +457,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
         if composition:  # never in the event loop: the engine's composition in a worker (tens of ms)
             key = refiner.key(kind, mechanism, {**kwargs, **composition, "live": allow_live}, max_slack)
             task = (settings.live_timeout, _worker_composed, mechanism, kwargs, composition, allow_live, max_slack)
-            try:  # in range: a refinement worker's place, like any in-range question; else live work
-                if lacking is not None:
-                    raise Busy("beyond the table")
+            # in range: a refinement worker's place, like any in-range question; beyond the table, or
+            # no place free, live work (a task that overran or lost its worker is not run again)
+            if lacking is None and (refiner.pool.cached(key) is not None or key in refiner.pool.inflight
+                                    or refiner.pool.has_room("background")):
                 body = await refiner.pool.result(key, "background", *task)
-            except Busy:
+            else:
                 body = await live.result(key, "answer", *task)
             cache = TABLE_CACHE_CONTROL if body["source"] == "table" else "no-cache"
             return respond(200, body, {"Cache-Control": cache}), _source(body)

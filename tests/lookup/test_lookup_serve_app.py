@@ -86,6 +86,14 @@ def test_an_answer_via_the_generic_row_has_no_lower_bound_of_the_generic_row(shi
     assert answer["delta_lower"] is None or answer["delta_lower"] <= olh_delta
 
 
+def test_a_mechanism_named_in_capitals_is_answered_as_in_lower_case(shipped_app: Any) -> None:
+    """``mechanism=OLH`` between grid eps0: the generic row's answer at once, as for ``olh`` (the
+    name is read in any case, issue 44), not a live computation."""
+    query = "/v1/eps?mechanism={}&eps0=3.977&n=7209&delta=5.68e-06&max_slack=none"
+    upper, lower = (json.loads(asgi_get(shipped_app, query.format(name))[2]) for name in ("OLH", "olh"))
+    assert upper == lower and upper["via"] == "generic"
+
+
 @pytest.mark.parametrize(("eps0", "n", "delta"), off_grid_olh(3, 11))
 def test_the_library_and_cli_publish_lower_bounds_of_olh_between_grid_eps0(eps0: float, n: int, delta: float) -> None:
     """The Python API (and the CLI, which prints it) answers OLH between grid eps0 from the engine
