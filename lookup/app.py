@@ -84,7 +84,7 @@ class Settings:
     live_workers: int = field(default_factory=lambda: default_live_workers())  # live answers and rounds
     queue: int = 8  # live tasks admitted at once, running or waiting (more: 503 + Retry-After)
     live_timeout: float = 30.0  # seconds of run time a live task may take (more: 503 for it alone)
-    memory_mb: int = 4096  # address-space limit of each worker process (0: none)
+    memory_mb: int = 4096  # address-space limit of each live worker process (0: none)
     cache_size: int = 4096  # live answers kept (LRU)
     retry_after: int = 5  # seconds, the Retry-After of a 503
     refine_budget: float = 0.03  # seconds a table answer waits for its refinement (then: "refined": false)
@@ -93,15 +93,19 @@ class Settings:
     background_workers: int = 1  # worker processes computing eps0 slices (lowest priority)
     refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
     refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
+    # address-space limit of each refinement and slice worker (0: none): about 520 MB at rest once the
+    # table's rows are decoded; with one BLAS thread it bounds the worker's memory, and a task past it
+    # fails alone (a refinement: the table's answer stands; a slice: not kept)
+    refine_memory_mb: int = 1024
 
     def check(self) -> Settings:
-        if min(self.live_workers, self.queue, self.background_workers, self.refine_workers, self.refine_queue) < 1 \
-                or not self.live_timeout > 0 or self.cache_size < 0 \
-                or self.memory_mb < 0 or self.retry_after < 0 or not self.refine_budget >= 0 \
-                or self.slice_cache < 0 or not self.slice_timeout > 0:
+        counts = (self.live_workers, self.queue, self.background_workers, self.refine_workers, self.refine_queue)
+        sizes = (self.cache_size, self.memory_mb, self.refine_memory_mb, self.retry_after, self.slice_cache)
+        if min(counts) < 1 or min(sizes) < 0 or not (self.live_timeout > 0 and self.slice_timeout > 0
+                                                     and self.refine_budget >= 0):
             raise ValueError("live_workers, background_workers, refine_workers, refine_queue and queue must be >= 1, "
-                             "live_timeout and slice_timeout > 0, memory_mb, cache_size, retry_after, refine_budget, "
-                             "slice_cache >= 0")
+                             "live_timeout and slice_timeout > 0, memory_mb, refine_memory_mb, cache_size, "
+                             "retry_after, refine_budget, slice_cache >= 0")
         return self
 
 
@@ -410,9 +414,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
     engine_version = _engine_version()
     live = Pool(settings.live_workers, settings.queue, 0, settings.cache_size, settings.table, settings.memory_mb)
     refining = Pool(settings.refine_workers, 0, settings.refine_queue, settings.cache_size, settings.table,
-                    settings.memory_mb, REFINE_NICE, _worker_warm)
+                    settings.refine_memory_mb, REFINE_NICE, _worker_warm)
     background = Pool(settings.background_workers, 0, settings.background_workers, 0, settings.table,
-                      settings.memory_mb, SLICE_NICE)
+                      settings.refine_memory_mb, SLICE_NICE)
     pools = {"live": live, "refine": refining, "slice": background}
     refiner = Refiner(settings, refining, table, f"{table_tag}/{engine_version}", background)
     metrics = Metrics()

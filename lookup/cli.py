@@ -150,6 +150,8 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
               help="worker processes for live work and rounds [default: cores - 1, at least 1]")
 @click.option("--refine-workers", type=int, default=2, show_default=True,
               help="worker processes reserved for refinements (a few ms each; never live work)")
+@click.option("--refine-memory-mb", type=int, default=1024, show_default=True,
+              help="address-space limit of each refinement and slice worker, MiB (0: none)")
 @click.option("--slice-workers", type=int, default=1, show_default=True,
               help="worker processes computing eps0 slices (lowest priority)")
 @click.option("--queue", type=int, default=8, show_default=True,
@@ -175,7 +177,7 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
               help='seconds a table answer waits for its refinement (then answered with "refined": false)')
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
 def serve(host: str, port: int, table: str | None, workers: int, live_workers: int | None, refine_workers: int,
-          slice_workers: int, queue: int, live_timeout: float,
+          refine_memory_mb: int, slice_workers: int, queue: int, live_timeout: float,
           memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
           max_header_bytes: int, backlog: int, graceful_timeout: float, header_timeout: float, refine_budget: float,
           access_log: bool) -> None:
@@ -190,6 +192,7 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
         settings = Settings(table, queue=queue, live_timeout=live_timeout, memory_mb=memory_mb,
                             cache_size=cache_size, retry_after=retry_after, refine_budget=refine_budget,
                             refine_workers=refine_workers, background_workers=slice_workers,
+                            refine_memory_mb=refine_memory_mb,
                             **({"live_workers": live_workers} if live_workers is not None else {})).check()
         if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024 or not header_timeout > 0:
             raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024, "

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from shuffle_reference import exact_delta, krr_upper_law, olh_upper_law
 from test_lookup_serve import get
 
@@ -198,3 +199,30 @@ def test_past_the_graceful_timeout_a_request_in_flight_gets_a_json_503(start_ser
     thread.join(30)
     (status, body, headers), _ = out[0]
     assert status == 503 and "shutting down" in json.loads(body)["error"] and headers["Retry-After"]
+
+
+def _workers(pid: int) -> dict[int, tuple[int, str]]:
+    """The server's worker processes: pid -> (niceness, the line of /proc/PID/limits on address space)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if entry.name.isdigit() and int(fields[1]) == pid:
+                limits = (entry / "limits").read_text().splitlines()
+                found[int(entry.name)] = (int(fields[16]), next(x for x in limits if "address space" in x))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads /proc (Linux)")
+def test_each_pool_runs_under_its_own_memory_limit(start_server: Any) -> None:
+    """Refinement and slice workers under --refine-memory-mb, live workers under --memory-mb
+    (RLIMIT_AS, read back from /proc), each pool at its CPU priority (nice 2, 15 and 10)."""
+    server = start_server("--live-workers", "1", "--memory-mb", "3000", "--refine-memory-mb", "900")
+    deadline = time.monotonic() + 60
+    while not json.loads(get(f"{server.base}/healthz")[1])["workers_ready"] and time.monotonic() < deadline:
+        time.sleep(0.1)  # each worker set its limits at start
+    workers = _workers(server.process.pid)
+    limits = {nice: {int(line.split()[3]) for n, line in workers.values() if n == nice} for nice in (2, 10, 15)}
+    assert limits == {2: {900 * 2**20}, 10: {3000 * 2**20}, 15: {900 * 2**20}}, workers
