@@ -53,8 +53,9 @@ from lookup import live as live_engine
 from lookup import slices
 from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, mechanism_name, parse_max_slack, parse_number
 from lookup.device import canonical
+from lookup.lru import LRU
 from lookup.params import HELP, query_arguments
-from lookup.pool import LRU, REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
+from lookup.pool import REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
 from lookup.refine import where
 from lookup.table import Table, TableError, open_table
 
@@ -76,12 +77,18 @@ TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes fo
 LOG = logging.getLogger("lookup.app")  # server faults (500s), each with its request and traceback
 
 
+def default_live_workers() -> int:
+    """Live work (live answers, rounds) takes at most all cores but one: the event loop and the
+    refinements' worker keep one (2 cores: 1 live worker)."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the application is built from (the server's own limits are uvicorn's: lookup/serve.py)."""
 
     table: str | None = None  # table store (None: the shipped table)
-    live_workers: int = field(default_factory=lambda: default_live_workers())  # live answers and rounds
+    live_workers: int = field(default_factory=default_live_workers)  # live answers and rounds
     queue: int = 8  # live tasks admitted at once, running or waiting (more: 503 + Retry-After)
     live_timeout: float = 30.0  # seconds of run time a live task may take (more: 503 for it alone)
     memory_mb: int = 4096  # address-space limit of each live worker process (0: none)
@@ -107,12 +114,6 @@ class Settings:
                              "live_timeout and slice_timeout > 0, memory_mb, refine_memory_mb, cache_size, "
                              "retry_after, refine_budget, slice_cache >= 0")
         return self
-
-
-def default_live_workers() -> int:
-    """Live work (live answers, rounds) takes at most all cores but one: the event loop and the
-    refinements' worker keep one (2 cores: 1 live worker)."""
-    return max(1, (os.cpu_count() or 2) - 1)
 
 
 class Refused(ValueError):

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from lookup import trust
+from lookup.lru import LRU
 
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
 ROUNDS_KEPT = 64  # one-round PLDs kept in memory (composed_eps), the least recently used dropped
-_ROUNDS: dict[str, Any] = {}
+_ROUNDS = LRU(ROUNDS_KEPT)
 
 
 def available() -> bool:
@@ -130,11 +131,9 @@ def composed_eps(mechanism: str, point: dict[str, float], params: dict[str, Any]
 
         key = json.dumps([mechanism, point["eps0"], int(point["n"]), point.get("sample_rate", 1.0), params],
                          sort_keys=True, default=str)
-        single = _ROUNDS.pop(key, None) or compose.one_round(mechanism, eps0=point["eps0"], n=int(point["n"]),
-                                                              sample_rate=point.get("sample_rate", 1.0), **params)
-        _ROUNDS[key] = single  # the most recent last
-        while len(_ROUNDS) > ROUNDS_KEPT:
-            _ROUNDS.pop(next(iter(_ROUNDS)))
+        single = _ROUNDS.get(key) or compose.one_round(mechanism, eps0=point["eps0"], n=int(point["n"]),
+                                                        sample_rate=point.get("sample_rate", 1.0), **params)
+        _ROUNDS.put(key, single)
         return [compose.eps_from_round(single, rounds=int(point["rounds"]), delta=point["delta"]).eps]
 
     return _cached("composed_eps", mechanism, point, params, compute)[0]

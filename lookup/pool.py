@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from lookup.lru import LRU
 from lookup.table import Table, open_table
 
 _WORKER_TABLE: Table | None = None
@@ -60,34 +61,6 @@ def worker_table() -> Table | None:
 
 def _ready() -> int:
     return os.getpid()
-
-
-class LRU:
-    """The ``size`` most recently used entries (none for size 0), with a count of hits."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.entries: collections.OrderedDict[str, Any] = collections.OrderedDict()
-        self.hits = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def get(self, key: str) -> Any:
-        """The entry of ``key``, now the most recent (None: not kept)."""
-        found = self.entries.get(key)
-        if found is not None:
-            self.entries.move_to_end(key)
-            self.hits += 1
-        return found
-
-    def put(self, key: str, value: Any) -> None:
-        if not self.size:
-            return
-        self.entries[key] = value
-        self.entries.move_to_end(key)
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
 
 
 class Pool:

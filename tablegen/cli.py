@@ -19,12 +19,12 @@ from typing import Any
 
 import click
 
-from lookup.api import EPS0_MIN_TEXT
 from lookup.api import parse_number as _number
 from lookup.extras import CommandGroup
 from lookup.output import emit
 from lookup.params import click_options, mechanism_option, parse_params
 from tablegen import __version__
+from tablegen.limits import EPS0_MIN_TEXT
 
 MECHANISM = click.option("--mechanism", required=True, callback=mechanism_option,
                          help="generic, generic-closed-form, krr, blh, olh, rappor, oue, hr, laplace, finite, joint, "

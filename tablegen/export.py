@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from lookup.api import EPS0_MIN_TEXT
 from lookup.device import FORMAT, digest_in, encode
 from lookup.table import Table, canonical_params, open_table
 from lookup.trust import atomic_write, record_built
 from tablegen import ENGINE_VERSION, __version__
-from tablegen.limits import EPS0_MIN
+from tablegen.limits import EPS0_MIN, EPS0_MIN_TEXT
 from tablegen.store import round_float32
 
 
