@@ -25,8 +25,9 @@ hand so that the generator costs little CPU beside the server):
   within 2% of its certified eps, the ratio's percentiles, the answers below its certified lower
   bound and those whose eps_lower is above its certified eps (both must be 0); for the repeated
   questions the refined fraction at the first, second and later askings; the server's refinement,
-  slice, queue and error metrics at the end; the RSS of the server over time and of its worker
-  processes (its descendants) at most;
+  slice, queue and error metrics at the end; the RSS and PSS of the server over time and of its
+  worker processes (its descendants) at most (PSS counts a page shared by k processes 1/k: the
+  table's rows, mapped by all of them, ``lookup/shared.py``);
 * slow: 260 connections trickling one byte every 2 s and 256 silent ones, while a probe asks
   table questions and /healthz (the status counts and latency percentiles of the probe).
 
@@ -85,11 +86,22 @@ def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
 
 def rss_mb(pid: int) -> float:
     """A process's resident memory in MB (NaN once it is gone)."""
+    return _proc_mb(f"/proc/{pid}/status", "VmRSS:")
+
+
+def pss_mb(pid: int) -> float:
+    """A process's proportional share of resident memory in MB: each page shared by k processes
+    (the table's rows mapped by the server and its workers, lookup/shared.py) counted 1/k (NaN once
+    it is gone or where the kernel has no smaps_rollup)."""
+    return _proc_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
+
+
+def _proc_mb(path: str, key: str) -> float:
     try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        lines = Path(path).read_text().splitlines()
     except OSError:
         return math.nan
-    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), math.nan)
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(key)), math.nan)
 
 
 def descendants(pid: int) -> list[int]:
@@ -366,11 +378,12 @@ def load(args: argparse.Namespace) -> list[str]:
     process, address = start_server(shlex.split(args.server_args))
     out: dict[str, Any] = {"status": Counter(), "times": defaultdict(list), "in_range": [], "asked": Counter(),
                            "answers": {kind: [] for kind in weights}}
-    rss: list[tuple[float, float, list[float]]] = []  # seconds, the server's MB, its descendants' MB
+    # seconds, the server's (RSS, PSS) MB, its descendants' (RSS, PSS) MB
+    rss: list[tuple[float, tuple[float, float], list[tuple[float, float]]]] = []
 
     def sample_rss(seconds: float) -> None:
-        workers = [mb for mb in map(rss_mb, descendants(process.pid)) if not math.isnan(mb)]
-        rss.append((seconds, rss_mb(process.pid), workers))
+        workers = [(rss_mb(pid), pss_mb(pid)) for pid in descendants(process.pid)]
+        rss.append((seconds, (rss_mb(process.pid), pss_mb(process.pid)), [w for w in workers if not math.isnan(w[0])]))
 
     async def main() -> None:
         start = time.monotonic()
@@ -404,13 +417,23 @@ def load(args: argparse.Namespace) -> list[str]:
     lines.append("- slowest in-range: " + "; ".join(f"{1000 * t:.0f} ms {code} {url}" for t, code, url in slowest))
     lines += in_range_report(out["answers"], args.sample)
     lines.append("- /metrics at the end:" + "".join(f"\n  {line}" for line in metrics if line.startswith(METRICS)))
-    every = max(1, round(min(10.0, args.duration / 6)))  # seconds between the RSS figures shown
-    lines.append("- server RSS (MB) at " + ", ".join(f"{t:.0f} s: {mb:.0f}" for t, mb, _ in [*rss[:-1:every], rss[-1]]))
-    largest = max(max(w, default=0) for _, _, w in rss)
-    lines.append(f"- worker processes (the server's descendants), at most over the run (sampled each second): "
-                 f"{max(len(w) for _, _, w in rss)} processes, the largest {largest:.0f} MB, all together "
-                 f"{max(sum(w) for _, _, w in rss):.0f} MB")
+    lines += memory_report(rss, max(1, round(min(10.0, args.duration / 6))))
     return lines
+
+
+def memory_report(rss: list[tuple[float, tuple[float, float], list[tuple[float, float]]]], every: int) -> list[str]:
+    """The server's RSS and PSS over time (one sample in ``every``), its worker processes' at most
+    (PSS: pages shared by k processes, such as the table's mapped rows, counted 1/k each)."""
+    def most(values: list[float]) -> float:
+        return max((v for v in values if not math.isnan(v)), default=math.nan)
+
+    shown = ", ".join(f"{t:.0f} s: {r:.0f} ({p:.0f})" for t, (r, p), _ in [*rss[:-1:every], rss[-1]])
+    largest = [most([w[i] for _, _, ws in rss for w in ws]) for i in (0, 1)]
+    together = [most([sum(w[i] for w in ws) for _, _, ws in rss]) for i in (0, 1)]
+    return [f"- server RSS (PSS) MB at {shown}",
+            f"- worker processes (the server's descendants), at most over the run (sampled each second): "
+            f"{max(len(w) for _, _, w in rss)} processes, the largest RSS {largest[0]:.0f} MB (PSS {largest[1]:.0f} "
+            f"MB), all together RSS {together[0]:.0f} MB (PSS {together[1]:.0f} MB)"]
 
 
 async def slow_clients(address: str, probes: int) -> tuple[Counter, list[float], int]:

@@ -50,7 +50,7 @@ from starlette.routing import Route
 
 import lookup
 from lookup import live as live_engine
-from lookup import slices
+from lookup import shared, slices
 from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, mechanism_name, parse_max_slack, parse_number
 from lookup.device import canonical
 from lookup.lru import LRU
@@ -100,9 +100,10 @@ class Settings:
     background_workers: int = 1  # worker processes computing eps0 slices (lowest priority)
     refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
     refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
-    # address-space limit of each refinement and slice worker (0: none): about 520 MB at rest once the
-    # table's rows are decoded; with one BLAS thread it bounds the worker's memory, and a task past it
-    # fails alone (a refinement: the table's answer stands; a slice: not kept)
+    # address-space limit of each refinement and slice worker (0: none): a refinement worker's is about
+    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's files (lookup/shared.py);
+    # with one BLAS thread it bounds the worker's memory, and a task past it fails alone (a refinement:
+    # the table's answer stands; a slice: not kept)
     refine_memory_mb: int = 1024
 
     def check(self) -> Settings:
@@ -560,13 +561,16 @@ def create_app(settings: Settings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         _warm(table)
-        for pool in pools.values():
-            pool.start()
+        rows = shared.publish(table)  # the rows in memory once, mapped by every worker (None: each decodes)
         try:
+            for pool in pools.values():
+                pool.start(rows)
             yield
         finally:
             for pool in pools.values():
                 pool.stop()
+            if rows is not None:
+                shared.remove(rows)
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 
