@@ -137,17 +137,32 @@ def _gauss_piece(kappa: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
     return np.sqrt(np.pi) / (2 * root) * diff * (1 + 1e-9) + 1e-300
 
 
-def _min_one_minus_cos(y: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Per cell [y[first], y[first + 1]] (rows of ``y``: cell edges, 0 <= y ascending within a
-    cell), min of 1 - cos over it, minus a floating-point margin: 0 where the cell holds a
-    multiple of 2 pi, else the smaller end value (1 - cos is unimodal between consecutive
-    multiples).  Cosines and turns are taken once per edge (neighbouring cells share it)."""
+def _min_one_minus_cos(y: np.ndarray) -> np.ndarray:
+    """Per cell [y[i], y[i + 1]] of consecutive edges ``y`` (0 <= y, ascending within a cell), min
+    of 1 - cos over it, minus a floating-point margin: 0 where the cell holds a multiple of 2 pi,
+    else the smaller end value (1 - cos is unimodal between consecutive multiples).  Cosines and
+    turns are taken once per edge (neighbouring cells share it); contiguous slices, no gathers."""
     period = 2 * np.pi
     one_minus, turns = 1 - np.cos(y), np.floor(y / period)
-    lo, hi = first, first + 1
-    holds = (turns[hi] > turns[lo]) | (np.mod(y[lo], period) == 0)
-    ends = np.minimum(one_minus[lo], one_minus[hi]) - 8 * U * (y[hi] + 1)
+    holds = turns[1:] > turns[:-1]
+    # or a cell starting on a multiple: np.mod (as costly as the cosine) only where y - turns *
+    # period is 0, which every exact multiple y = k period gives (y / period is then k exactly)
+    maybe = np.flatnonzero(y[:-1] - turns[:-1] * period == 0)
+    holds[maybe] |= np.mod(y[maybe], period) == 0
+    ends = np.minimum(one_minus[:-1], one_minus[1:]) - 8 * U * (y[1:] + 1)
     return np.where(holds, 0.0, np.maximum(ends, 0.0))
+
+
+def _cell_drops(edges: np.ndarray, edge_owner: np.ndarray, dist: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """sum over pairs of weight * (min over the cell of 1 - cos(t d)) for every two consecutive
+    ``edges`` (rows of ``dist`` and ``weight``: the edges' owners); one pair at a time, so every
+    array is one-dimensional and read in order.  Entries spanning two owners are not cells
+    (the caller reads each owner's cells only)."""
+    drop = np.zeros(max(edges.size - 1, 0))
+    below = edge_owner[:-1]
+    for p in range(dist.shape[1]):
+        drop += weight[below, p] * _min_one_minus_cos(edges * dist[edge_owner, p])
+    return drop
 
 
 def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -173,8 +188,7 @@ def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarra
     edges = theta1[edge_owner] + spectral.ramp(cells + 1) * width[edge_owner]
     owner = np.repeat(np.arange(rows.size), cells)
     first = start[owner] + spectral.ramp(cells)  # each cell's first edge
-    y = edges[:, None] * dist[edge_owner]
-    drop = np.sum(weight[owner] * _min_one_minus_cos(y, first), axis=1)
+    drop = _cell_drops(edges, edge_owner, dist, weight)[first]
     with np.errstate(divide="ignore"):
         log_psi = 0.5 * n[owner] * np.log(np.maximum(1 - drop * (1 - 1e-9), 0.0))
     middle = np.bincount(owner, np.exp(log_psi) * _gauss_piece(a[owner], edges[first], edges[first + 1]), rows.size)

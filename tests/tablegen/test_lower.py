@@ -116,13 +116,23 @@ def test_min_of_one_minus_cos_over_cells_sharing_edges():
     rng = np.random.default_rng(4)
     edges = np.sort(rng.uniform(0.0, 60.0, (41, 3)), axis=0)  # 40 cells, 3 pairs (columns)
     first = np.arange(40)
-    got = _min_one_minus_cos(edges, first)
+    got = np.stack([_min_one_minus_cos(edges[:, p]) for p in range(3)], axis=1)
     for j in first:
         t = np.linspace(0.0, 1.0, 20001)[:, None]
         sampled = np.min(1 - np.cos(edges[j] + t * (edges[j + 1] - edges[j])), axis=0)
         step = (edges[j + 1] - edges[j]) / 20000
         assert np.all(got[j] <= sampled + 1e-12)
         assert np.all(got[j] >= sampled - step**2 - 1e-9)
+
+
+def test_min_of_one_minus_cos_is_zero_on_cells_starting_at_a_multiple():
+    """Cells that start exactly on a multiple of 2 pi (0 and 4 * 2 pi, exact in floating point)
+    hold it: 0, though 1 - cos at their other end is ~5e-7; a cell holding none is positive."""
+    turn = 2 * np.pi
+    got = _min_one_minus_cos(np.array([0.0, 1e-3, 4 * turn, 4 * turn + 1e-3, 4 * turn + 2e-3]))
+    assert got[0] == 0.0 and got[2] == 0.0
+    assert got[1] == 0.0  # [1e-3, 4 * 2 pi] holds 2 pi
+    assert 0.0 < got[3] <= 1 - np.cos(1e-3)  # [4 * 2 pi + 1e-3, + 2e-3]: the smaller end
 
 
 @pytest.mark.parametrize("n", [50, 400])
