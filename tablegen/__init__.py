@@ -6,5 +6,9 @@ holds the randomizers as data (laws of the privacy amplification random variable
 """
 
 __version__ = "0.1.0"
-ENGINE_VERSION = "3"  # 3: Laplace upper cells in s = e^(-eps0 t) and t (mechanisms/laplace.py)
+ENGINE_VERSION = "4"  # 4: lower slices carried past their 1% ladder proofs by convexity (engine/dense.py)
+# engines whose certified eps are the same, bit for bit (4 changed lower bounds only, which stay valid
+# lower bounds): a table published by any of them is up to date for the others (tablegen.store.up_to_date)
+SAME_CERTIFIED_EPS = ("3", "4")
+# 3: Laplace upper cells in s = e^(-eps0 t) and t (mechanisms/laplace.py)
 # 2: lattice step refined for the tilted law (lattice.refine_step)

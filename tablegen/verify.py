@@ -11,7 +11,9 @@ by one step, which is the tolerance (plus one quantum of the compact store) in t
 a stored eps may be above the recomputed certified one by that much; below it only where one
 engine evaluation certifies the stored value itself (``certifies``: the ladder's value here is
 not the smallest certified eps, and another machine's can sit a step lower); a stored lower
-bound may be below the recomputed proved one, never above it (``--full`` makes what passes trusted).
+bound may be below the recomputed proved one by any amount (it is only looser), above it only
+where one engine evaluation proves the stored value itself (``proves_above``: a table of an
+earlier engine version) (``--full`` makes what passes trusted).
 
 The stored values compared are read through ``lookup.table.open_table`` (each file checked
 against the manifest listing read in the same pass, within ``lookup.reader``'s limits), so
@@ -173,6 +175,26 @@ def _certified_below(task: Task, ns: list[int], got: np.ndarray, want: np.ndarra
     return out
 
 
+def _proved_above(task: Task, ns: list[int], got: np.ndarray, want: np.ndarray, tolerance: float,
+                  close: np.ndarray) -> np.ndarray:
+    """Cells whose stored lower bound is above the recomputed one by at most ``tolerance`` and
+    proved anyway by one engine evaluation there (``tablegen.engine.proves_above``: the certified
+    lower delta at the stored eps exceeds the cell's delta): the mirror of ``_certified_below``.
+    A table of engine 3 (the shipped default table) stores ladder points that engine 4's lower
+    slices, which carry each ladder proof further by convexity instead of searching a finer
+    ladder, can sit up to a fifth of a ladder step below.  Checked in order up to the first cell
+    that is not proved."""
+    from tablegen.engine import proves_above
+
+    out = np.zeros(got.shape, bool)
+    for j, d in np.argwhere(~close & (got > want) & (got <= want * (1 + tolerance))):
+        if not proves_above(task.family, eps0=task.eps0, n=ns[j], eps=float(got[j, d]), delta=task.deltas[d],
+                            **task.params):
+            break
+        out[j, d] = True
+    return out
+
+
 def declared_rounding(table: Any) -> list[str]:
     """Problems where variable ``eps`` or ``eps_lower`` of ``table`` declares a rounding other
     than the one tablegen writes (``store.quantization_attributes`` of ``store.CERTIFIED_ROUNDING``
@@ -222,10 +244,12 @@ def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str
         want = stored_like(table, name, want)  # on the building machine: equal bit for bit
         quantum = 2.0 ** -(store.MANTISSA_BITS if _quantized(table, name) else 52)  # ours, never the file's
         tolerance = RECOMPUTE_RTOL + quantum  # plus one quantum
-        above, below = (got, want) if name == "eps" else (want, got)  # certified eps up, proved lower bound down
-        close = ((below <= above) & (above <= below * (1 + tolerance))) | (np.isnan(got) & np.isnan(want))
-        if name == "eps":
+        if name == "eps":  # certified eps up: within the tolerance above the live one, or certified itself
+            close = ((want <= got) & (got <= want * (1 + tolerance))) | (np.isnan(got) & np.isnan(want))
             close |= _certified_below(task, ns, got, want, tolerance, close)
+        else:  # a proved lower bound: below the live one (by any amount: only looser), or proved itself
+            close = (got <= want) | (np.isnan(got) & np.isnan(want))
+            close |= _proved_above(task, ns, got, want, tolerance, close)
         if not np.all(close):
             j, d = np.unravel_index(int(np.argmin(close)), close.shape)
             problems.append(f"{label} n={ns[j]} delta={task.deltas[d]:g}: stored {name}={got[j, d]!r}, "

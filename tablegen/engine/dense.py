@@ -22,10 +22,12 @@ Mechanisms the spectral path does not cover (an extra delta term, laws with more
 ``SPECTRAL_COMPONENTS`` components, n = 1) are answered per n by ``eps_bounds``.
 
 ``lower_slice`` runs the same level-by-level search on the certified LOWER bounds of
-``lower.py`` (every lower-bound pair, the largest taken), then bisects each one-step bracket on
-a ladder ``LOWER_SPLIT`` times finer: the answer is a ladder eps whose lower delta exceeds
-delta (the exact eps is above it: delta is non-increasing), the largest such where no evaluation
-near it declines, 0 where no ladder point
+``lower.py`` (every lower-bound pair, the largest taken) on the same ladder: each cell's proof
+is a ladder eps e_j whose lower delta exceeds delta (the exact eps is above it: delta is
+non-increasing), raised to the largest such among every point evaluated for its n
+(``_Ladder.first_proofs``), then carried past e_j by convexity (``_past_proofs``: the pairs'
+delta is convex in e^eps, so a line through the lower bound at e_j and an upper bound one
+ladder step below stays under it; docs/soundness.md); 0 where no ladder point
 down to the floor proves anything.  An evaluation the spectral lower path declines (few users
 off the heaviest atom, comb-like sums, a rounding bracket wider than ``lower.MAX_GAP``) proves
 nothing: the search steps over it, and where a bracket ends on one the ladder below is probed
@@ -49,7 +51,6 @@ from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, c
 from tablegen.mechanisms import Mechanism
 
 LADDER = 1.01
-LOWER_SPLIT = 5  # lower bounds are ladder points (no chord): brackets on LADDER, then LADDER^(1/5) (0.2%)
 LEVELS = (64, 8, 1)  # rows solved per level: every 64th (whole-ladder bisection), every 8th, all
 FLOOR = 1e-9  # smallest eps tried, relative to eps0
 PAIR_SAMPLE = 500  # lower slices: points evaluated on every lower-bound pair before keeping the winners
@@ -98,16 +99,56 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
         return out
     if upper is None:
         upper = eps_slice(q.mechanism, eps0=eps0, ns=n_axis, deltas=targets, **params)
-    coarse = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
+    ladder = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
     top_upper = np.max(np.asarray(upper, dtype=float)[rows], axis=1)
     for i, eps in zip(rows, top_upper, strict=True):
-        coarse.set(slice(0, int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1), i, 0.0)  # e_j >= eps
-    ok, fail = coarse.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5)
-    fine = coarse.refined(LOWER_SPLIT)
-    i = np.repeat(rows, targets.size)
-    ok, fail = fine.close(i, np.tile(targets, rows.size), LOWER_SPLIT * ok.ravel(), LOWER_SPLIT * fail.ravel())
-    fail = fine.probe(i, np.tile(targets, rows.size), fail)
-    out[rows] = np.where(fail < fine.top, fine.eps[fail], 0.0).reshape(rows.size, targets.size)  # fail <= top
+        ladder.set(slice(0, int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1), i, 0.0)  # e_j >= eps
+    ok, fail = ladder.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5)
+    i, delta = np.repeat(rows, targets.size), np.tile(targets, rows.size)
+    fail = np.minimum(ladder.probe(i, delta, fail.ravel()), ladder.first_proofs(rows, targets).ravel())
+    out[rows] = _past_proofs(q, ladder, i, delta, fail).reshape(rows.size, targets.size)
+    return out
+
+
+def _past_proofs(q: Query, ladder: _Ladder, i: np.ndarray, delta: np.ndarray, proof: np.ndarray) -> np.ndarray:
+    """Lower bounds on eps(delta) for n = ns[i], each past its ladder proof e_j (j = ``proof``:
+    delta_low(e_j) > delta; ``top``: none, 0) by convexity.  Every lower-bound pair's delta is
+    convex in alpha = e^eps (its G is linear in alpha), so beyond alpha_j it lies above the line
+    through (alpha_j, delta(alpha_j)) and (alpha_b, delta(alpha_b)), alpha_b = e^(e_(j+1)) below;
+    with L = delta_low(e_j) (the largest over the pairs, so at most that pair's delta) and U >= the
+    delta of every pair at e_(j+1) (the spectral UPPER path on each pair, the largest) the line
+    through (alpha_j, L) and (alpha_b, U) is steeper, so delta > target up to where that line
+    meets the target: alpha* = alpha_j + (L - target) (alpha_j - alpha_b) / (U - L).  The exact
+    eps is above e* = log alpha* (docs/soundness.md); e_j where U is not known."""
+    found = proof < ladder.top
+    out = np.zeros(proof.size)
+    j, cells = proof[found], np.flatnonzero(found)
+    if not cells.size:
+        return out
+    out[cells] = ladder.eps[j]
+    below = _pair_uppers(q, ladder, j + 1, i[cells])
+    low = ladder.cache[j, i[cells]]
+    # in alpha - 1 (expm1, log1p): eps can be 1e-7 of eps0, where alpha itself keeps 9 digits of it;
+    # the step shrunk by 1e-9 and the eps by 1e-12 cover every rounding (a few ulps each)
+    beta, beta_b = np.expm1(ladder.eps[j]), np.expm1(ladder.eps[j + 1])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        step = (low - delta[cells]) * (beta - beta_b) / (below - low)
+        star = np.log1p(beta + step * (1 - 1e-9)) * (1 - 1e-12)
+    usable = np.isfinite(star) & (below > low) & (low > delta[cells])
+    out[cells[usable]] = np.maximum(out[cells[usable]], star[usable])
+    return out
+
+
+def _pair_uppers(q: Query, ladder: _Ladder, j: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """max over the lower-bound pairs of their certified UPPER delta at (e_j, n_i) (the spectral
+    path at the upper resolution; inf where it declines or j is past the ladder's floor)."""
+    out = np.full(j.size, np.inf)
+    inside = j <= ladder.top
+    keys, where = np.unique(np.stack([j[inside], i[inside]]), axis=1, return_inverse=True)
+    used, row = np.unique(ladder.eps[keys[0]], return_inverse=True)
+    values = np.max([spectral.delta_pairs(d, used, row.ravel(), ladder.ns[keys[1]], RESOLUTION)
+                       for d in q.lower], axis=0)
+    out[inside] = np.where(np.isnan(values), np.inf, values)[where.ravel()]
     return out
 
 
@@ -183,13 +224,6 @@ class _Ladder:
         """Take ``value`` as delta(e_j, n_i) without evaluating it."""
         self.cache[j, i], self.known[j, i] = value, True
 
-    def refined(self, split: int) -> _Ladder:
-        """The ladder ``split`` times finer (ratio^(1/split)), its every split-th point this one's
-        (same eps, same cached values)."""
-        fine = _Ladder(self.q, self.ns, self.ratio ** (1 / split), self._values, split * self.top)
-        fine.eps[::split], fine.cache[::split], fine.known[::split] = self.eps, self.cache, self.known
-        return fine
-
     def values(self, j: np.ndarray, i: np.ndarray) -> np.ndarray:
         """delta(e_j, n_i) for index arrays, evaluating (once) what is not cached."""
         missing = ~self.known[j, i]
@@ -197,6 +231,21 @@ class _Ladder:
             keys = np.unique(np.stack([j[missing], i[missing]]), axis=1)
             self.set(keys[0], keys[1], self._values(self.eps[keys[0]], keys[1]))
         return self.cache[j, i]
+
+    def first_proofs(self, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """Per row of ``rows`` and target, the smallest ladder index (largest eps) evaluated for
+        that row whose lower delta exceeds the target (``top`` where none): a proof there is one at
+        every smaller eps too (the exact delta is non-increasing in eps), so this can only raise
+        what the search found where the lower path's bounds are not monotone in eps (comb-like
+        sums, e.g. k-RR with k = 512 at a few thousand users)."""
+        out = np.full((rows.size, targets.size), self.top, dtype=np.int64)
+        for r, i in enumerate(rows):
+            j = np.flatnonzero(self.known[:, i] & (self.cache[:, i] > 0))  # evaluated, eps descending
+            if j.size:
+                best = np.maximum.accumulate(self.cache[j, i])  # the largest lower delta at eps >= e_j
+                at = np.searchsorted(best, targets, side="right")  # the first with best > target
+                out[r] = np.where(at < j.size, j[np.minimum(at, j.size - 1)], self.top)
+        return out
 
     def probe(self, i: np.ndarray, delta: np.ndarray, fail: np.ndarray) -> np.ndarray:
         """Lower bounds: move each bracket's fail end down to an evaluated proof

@@ -3,6 +3,7 @@ bounds down, as decoded by xarray and by the lookup; float64 stores still read."
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -249,3 +250,18 @@ def test_a_slices_hmac_holds_for_any_nan_bits() -> None:
     tag = store.slice_mac(stamp, (0, 1), "eps", written)
     assert store.slice_authentic(stamp, (0, 1), "eps", read_back, tag)
     assert not store.slice_authentic(stamp, (0, 1), "eps", np.zeros((3, 4)), tag)
+
+
+@pytest.mark.parametrize("published,current,expected", [
+    ("3", "4", True), ("4", "3", True), ("4", "4", True), ("2", "4", False), ("4", "5", False)])
+def test_a_table_of_an_engine_with_the_same_certified_eps_is_up_to_date(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, published: str, current: str, expected: bool) -> None:
+    """Engine 4 changed lower bounds only: a table published by engine 3 (the shipped default
+    table) is up to date for it (the README's first command computes nothing), not one of engine 2,
+    whose certified eps differ; a different spec never is."""
+    monkeypatch.setattr(store, "SAME_CERTIFIED_EPS", ("3", "4"))
+    out = tmp_path / "t.zarr"
+    out.mkdir()
+    (out / "zarr.json").write_text(json.dumps({"attributes": {"spec_sha256": "a" * 64, "engine_version": published}}))
+    assert store.up_to_date(out, {"spec_sha256": "a" * 64, "engine_version": current}) is expected
+    assert not store.up_to_date(out, {"spec_sha256": "b" * 64, "engine_version": current})
