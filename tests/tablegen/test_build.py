@@ -465,3 +465,22 @@ def test_verify_accepts_a_stored_eps_below_its_recomputation_that_the_engine_cer
     assert verify(out, sample=12) == []
     monkeypatch.setattr(verifier, "slice_values", lambda task: (real(task)[0] * 2.0, real(task)[1]))
     assert any("stored eps=" in p for p in verify(out, sample=12))
+
+
+def test_verify_accepts_a_stored_lower_bound_above_the_recomputed_one_only_where_proved() -> None:
+    """A stored lower bound above the recomputed one (a table of an earlier engine, whose lower
+    slices searched another ladder) passes where the engine proves it there, and not where it is
+    above the exact eps (k-RR k = 3, eps0 1, n 1000, delta 1e-6: exact sums decide both values)."""
+    from tablegen.build import Task
+    from tablegen.verify import _proved_above
+
+    n, delta = 1000, 1e-6
+    upper = eps_slice("krr", eps0=1.0, ns=[n], deltas=[delta], k=3)[0, 0]
+    proved, above = 0.99 * upper, 1.05 * upper  # below and above the exact eps
+    assert max(exact_delta(*law, n) for law in krr_lower_laws(1.0, proved, 3)) > delta
+    assert exact_delta(*krr_upper_law(1.0, above, 3), n) <= delta  # the blanket law is exact for k-RR
+    task = Task((0, 0), "krr", {"k": 3}, 1.0, (n,), [delta], (True,), 10.0, 30.0)
+    want = np.array([[0.9 * upper]])
+    close = np.zeros((1, 1), bool)
+    assert _proved_above(task, [n], np.array([[proved]]), want, close).all()
+    assert not _proved_above(task, [n], np.array([[above]]), want, close).any()
