@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +167,11 @@ def _certified_below(task: Task, ns: list[int], got: np.ndarray, want: np.ndarra
     default table, 2026-11-26.  Checked in order up to the first cell that is not certified."""
     from tablegen.engine import certifies
 
-    out = np.zeros(got.shape, bool)
-    for j, d in np.argwhere(~close & (got < want) & (got * (1 + tolerance) >= want)):
-        if not certifies(task.family, eps0=task.eps0, n=ns[j], eps=float(got[j, d]), delta=task.deltas[d],
-                         **task.params):
-            break
-        out[j, d] = True
-    return out
+    def certified(j: int, d: int) -> bool:
+        return certifies(task.family, eps0=task.eps0, n=ns[j], eps=float(got[j, d]), delta=task.deltas[d],
+                         **task.params)
+
+    return _in_order_while(~close & (got < want) & (got * (1 + tolerance) >= want), certified)
 
 
 def _proved_above(task: Task, ns: list[int], got: np.ndarray, want: np.ndarray, close: np.ndarray) -> np.ndarray:
@@ -186,12 +185,22 @@ def _proved_above(task: Task, ns: list[int], got: np.ndarray, want: np.ndarray, 
     Checked in order up to the first cell that is not proved."""
     from tablegen.engine import delta_bounds, proves_above
 
-    out = np.zeros(got.shape, bool)
-    for j, d in np.argwhere(~close & (got > want)):
+    def proved(j: int, d: int) -> bool:
         where = dict(eps0=task.eps0, n=ns[j], eps=float(got[j, d]), **task.params)
         delta = task.deltas[d]
-        if not (proves_above(task.family, delta=delta, **where)
-                or (delta_bounds(task.family, **where).lower or 0.0) > delta):
+        return proves_above(task.family, delta=delta, **where) or (delta_bounds(task.family, **where).lower
+                                                                    or 0.0) > delta
+
+    return _in_order_while(~close & (got > want), proved)
+
+
+def _in_order_while(cells: np.ndarray, holds: Callable[[int, int], bool]) -> np.ndarray:
+    """The cells of the mask ``cells``, in order, for which ``holds(j, d)``, up to the first for
+    which it does not (one engine evaluation each: a damaged slice is reported at its first cell,
+    not evaluated whole)."""
+    out = np.zeros(cells.shape, bool)
+    for j, d in np.argwhere(cells):
+        if not holds(int(j), int(d)):
             break
         out[j, d] = True
     return out

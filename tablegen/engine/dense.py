@@ -141,15 +141,12 @@ def _past_proofs(q: Query, ladder: _Ladder, i: np.ndarray, delta: np.ndarray, pr
 
 def _pair_uppers(q: Query, ladder: _Ladder, j: np.ndarray, i: np.ndarray) -> np.ndarray:
     """max over the lower-bound pairs of their certified UPPER delta at (e_j, n_i) (the spectral
-    path at the upper resolution; inf where it declines or j is past the ladder's floor)."""
-    out = np.full(j.size, np.inf)
-    inside = j <= ladder.top
-    keys, where = np.unique(np.stack([j[inside], i[inside]]), axis=1, return_inverse=True)
+    path at the upper resolution; inf where it declines), each distinct (j, i) evaluated once."""
+    keys, where = np.unique(np.stack([j, i]), axis=1, return_inverse=True)
     used, row = np.unique(ladder.eps[keys[0]], return_inverse=True)
     values = np.max([spectral.delta_pairs(d, used, row.ravel(), ladder.ns[keys[1]], RESOLUTION)
-                       for d in q.lower], axis=0)
-    out[inside] = np.where(np.isnan(values), np.inf, values)[where.ravel()]
-    return out
+                     for d in q.lower], axis=0)
+    return np.where(np.isnan(values), np.inf, values)[where.ravel()]
 
 
 def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
