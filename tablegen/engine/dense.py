@@ -50,6 +50,7 @@ from tablegen.engine import spectral
 from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
 from tablegen.mechanisms import Mechanism
 
+Values = tuple[np.ndarray, np.ndarray]  # delta at (eps, n) pairs, and which decomposition gave each
 LADDER = 1.01
 LEVELS = (64, 8, 1)  # rows solved per level: every 64th (whole-ladder bisection), every 8th, all
 FLOOR = 1e-9  # smallest eps tried, relative to eps0
@@ -100,10 +101,10 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     if upper is None:
         upper = eps_slice(q.mechanism, eps0=eps0, ns=n_axis, deltas=targets, **params)
     ladder = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
-    top_upper = np.max(np.asarray(upper, dtype=float)[rows], axis=1)
-    for i, eps in zip(rows, top_upper, strict=True):
+    upper = np.asarray(upper, dtype=float)[rows]
+    for i, eps in zip(rows, np.max(upper, axis=1), strict=True):
         ladder.set(slice(0, int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1), i, 0.0)  # e_j >= eps
-    ok, fail = ladder.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5)
+    ok, fail = ladder.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5, settled=upper)
     i, delta = np.repeat(rows, targets.size), np.tile(targets, rows.size)
     fail = np.minimum(ladder.probe(i, delta, fail.ravel()), ladder.first_proofs(rows, targets).ravel())
     out[rows] = _past_proofs(q, ladder, i, delta, fail).reshape(rows.size, targets.size)
@@ -126,7 +127,7 @@ def _past_proofs(q: Query, ladder: _Ladder, i: np.ndarray, delta: np.ndarray, pr
     if not cells.size:
         return out
     out[cells] = ladder.eps[j]
-    below = _pair_uppers(q, ladder, j + 1, i[cells])
+    below = _pair_uppers(q, ladder, j, i[cells])
     low = ladder.cache[j, i[cells]]
     # in alpha - 1 (expm1, log1p): eps can be 1e-7 of eps0, where alpha itself keeps 9 digits of it;
     # the step shrunk by 1e-9 and the eps by 1e-12 cover every rounding (a few ulps each)
@@ -140,20 +141,26 @@ def _past_proofs(q: Query, ladder: _Ladder, i: np.ndarray, delta: np.ndarray, pr
 
 
 def _pair_uppers(q: Query, ladder: _Ladder, j: np.ndarray, i: np.ndarray) -> np.ndarray:
-    """max over the lower-bound pairs of their certified UPPER delta at (e_j, n_i) (the spectral
-    path at the upper resolution; inf where it declines), each distinct (j, i) evaluated once."""
-    keys, where = np.unique(np.stack([j, i]), axis=1, return_inverse=True)
-    used, row = np.unique(ladder.eps[keys[0]], return_inverse=True)
-    values = np.max([spectral.delta_pairs(d, used, row.ravel(), ladder.ns[keys[1]], RESOLUTION)
-                     for d in q.lower], axis=0)
-    return np.where(np.isnan(values), np.inf, values)[where.ravel()]
+    """The certified UPPER delta at (e_(j+1), n_i) of the lower-bound pair whose lower bound
+    ``ladder`` holds at (e_j, n_i) (the spectral path at the upper resolution; inf where it
+    declines), each distinct (pair, j, i) evaluated once."""
+    out = np.full(j.size, np.inf)
+    winner = ladder.winner[j, i]
+    for p in np.unique(winner):
+        mine = np.flatnonzero(winner == p)
+        keys, where = np.unique(np.stack([j[mine] + 1, i[mine]]), axis=1, return_inverse=True)
+        used, row = np.unique(ladder.eps[keys[0]], return_inverse=True)
+        values = spectral.delta_pairs(q.lower[p], used, row.ravel(), ladder.ns[keys[1]], RESOLUTION)
+        out[mine] = np.where(np.isnan(values), np.inf, values)[where.ravel()]
+    return out
 
 
-def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], Values]:
     """delta_up(eps, n_i) for pairs (the largest over the upper decompositions): the spectral
-    path, the FFT path where it declines for n <= FFT_N_MAX, inf (certifies nothing) beyond."""
+    path, the FFT path where it declines for n <= FFT_N_MAX, inf (certifies nothing) beyond
+    (which decomposition gave it is not recorded: 0)."""
 
-    def values(eps: np.ndarray, i: np.ndarray) -> np.ndarray:
+    def values(eps: np.ndarray, i: np.ndarray) -> Values:
         rows, row = np.unique(eps, return_inverse=True)
         n = ns[i]
         out = np.max([spectral.delta_pairs(d, rows, row.ravel(), n, resolution) for d in q.upper], axis=0)
@@ -165,14 +172,14 @@ def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
             if users not in queries:
                 queries[users] = Query(q.mechanism, q.eps0, users, q.params, resolution)
             out[k] = queries[users].delta_upper(float(eps[k]))
-        return np.where(np.isnan(out), np.inf, out)  # never NaN: an unknown value certifies nothing
+        return np.where(np.isnan(out), np.inf, out), np.zeros(out.size, np.int8)  # never NaN: certifies nothing
 
     return values
 
 
-def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """delta_low(eps, n_i) for pairs: the largest over the lower-bound pairs on the spectral lower
-    path, NaN where every pair declines (the search then treats the point like a proof, so that
+def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], Values]:
+    """delta_low(eps, n_i) for pairs and the lower-bound pair that gave it: the largest over the
+    pairs on the spectral lower path, NaN where every pair declines (the search then treats the point like a proof, so that
     declines at tiny eps do not pull it down; ``_Ladder.probe`` accepts only evaluated proofs).
 
     Every pair is evaluated until ``PAIR_SAMPLE`` points have a lower bound; from then on the
@@ -183,19 +190,22 @@ def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
     order = list(range(len(q.lower)))
     wins = np.zeros(len(q.lower), dtype=np.int64)
 
-    def values(eps: np.ndarray, i: np.ndarray) -> np.ndarray:
+    def values(eps: np.ndarray, i: np.ndarray) -> Values:
         if wins.sum() < PAIR_SAMPLE:
             each = np.array([spectral_lower.delta_lower(d, eps, ns[i], resolution) for d in q.lower])
             known = ~np.all(np.isnan(each), axis=0)
-            wins[:] += np.bincount(np.argmax(np.nan_to_num(each[:, known], nan=-1.0), axis=0), minlength=wins.size)
+            winner = np.argmax(np.nan_to_num(each, nan=-1.0), axis=0)
+            wins[:] += np.bincount(winner[known], minlength=wins.size)
             order[:] = [int(p) for p in np.argsort(-wins, kind="stable") if wins[p] > 0] or order
-            return np.fmax.reduce(each)
+            return np.fmax.reduce(each), winner.astype(np.int8)
         out = spectral_lower.delta_lower(q.lower[order[0]], eps, ns[i], resolution)
+        winner = np.full(out.size, order[0], np.int8)
         for p in order[1:]:
             declined = np.flatnonzero(np.isnan(out))
             if declined.size:
                 out[declined] = spectral_lower.delta_lower(q.lower[p], eps[declined], ns[i[declined]], resolution)
-        return out
+                winner[declined] = p
+        return out, winner
 
     return values
 
@@ -209,12 +219,13 @@ class _Ladder:
     """Memoised delta(e_j, n_i) of one bound (``values``) at ladder points e_j = eps0 ratio^-j."""
 
     def __init__(self, q: Query, ns: np.ndarray, ratio: float,
-                 values: Callable[[np.ndarray, np.ndarray], np.ndarray], top: int | None = None) -> None:
+                 values: Callable[[np.ndarray, np.ndarray], Values], top: int | None = None) -> None:
         self.q, self.ns, self.ratio, self._values = q, ns, ratio, values
         self.top = math.ceil(math.log(1 / FLOOR) / math.log(ratio)) if top is None else top
         self.eps = q.eps0 * ratio ** -np.arange(self.top + 1, dtype=float)
         self.cache = np.full((self.top + 1, ns.size), np.nan)  # NaN once evaluated: declined
         self.known = np.zeros(self.cache.shape, dtype=bool)
+        self.winner = np.zeros(self.cache.shape, dtype=np.int8)  # the decomposition that gave each value
         self.set(slice(0, 1), slice(None), 0.0)  # delta(eps0) = 0 for an eps0-LDP randomizer
 
     def set(self, j: Any, i: Any, value: Any) -> None:
@@ -226,8 +237,20 @@ class _Ladder:
         missing = ~self.known[j, i]
         if missing.any():
             keys = np.unique(np.stack([j[missing], i[missing]]), axis=1)
-            self.set(keys[0], keys[1], self._values(self.eps[keys[0]], keys[1]))
+            value, self.winner[keys[0], keys[1]] = self._values(self.eps[keys[0]], keys[1])
+            self.set(keys[0], keys[1], value)
         return self.cache[j, i]
+
+    def at_most(self, j: np.ndarray, i: np.ndarray, delta: np.ndarray, settled: np.ndarray | None) -> np.ndarray:
+        """delta(e_j, n_i) <= delta, taken as true without evaluating where e_j >= ``settled``
+        (per entry; for lower bounds the cell's certified eps: the exact delta, and so every
+        lower bound on it, is at most delta there, the exact delta being non-increasing)."""
+        if settled is None:
+            return self.values(j, i) <= delta
+        out = self.eps[j] >= settled
+        ask = np.flatnonzero(~out)
+        out[ask] = self.values(j[ask], i[ask]) <= delta[ask]
+        return out
 
     def first_proofs(self, rows: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """Per row of ``rows`` and target, the smallest ladder index (largest eps) evaluated for
@@ -280,19 +303,27 @@ class _Ladder:
         """Ladder position (fractional index) of the chord's answer."""
         return np.log(self.q.eps0 / self.chord(ok, fail, i, delta)) / math.log(self.ratio)
 
-    def solve(self, rows: np.ndarray, targets: np.ndarray,
-              position: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def solve(self, rows: np.ndarray, targets: np.ndarray, position: Callable[..., np.ndarray],
+              settled: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Brackets (ok, fail), each (len(rows), len(targets)), for n-axis indices ``rows`` (each
         >= 2 users) and every delta: delta(e_ok) <= delta < delta(e_fail), fail = ok + 1.
 
         Level by level (every ``LEVELS[0]``-th row, then every ``LEVELS[1]``-th, then all), each
         row's bracket is predicted from the rows already solved (their ``position``, linear in
-        log n) and closed by ``close``; the first level bisects the whole ladder.
+        log n) and closed by ``close``; the first level bisects the whole ladder.  ``settled``
+        (same shape, optional): per cell, the eps at and above which delta <= target is known
+        (``at_most``); no bracket then starts above the ladder point just below it, and the
+        first level starts there.
         """
         known = np.zeros(0, dtype=np.int64)
         solved = np.zeros((0, targets.size))
         ok_all = np.zeros((rows.size, targets.size), dtype=np.int64)
         fail_all = np.zeros_like(ok_all)
+        highest = np.zeros(ok_all.shape, np.int64)  # the largest ok end worth trying: e_(j+1) < settled
+        if settled is not None:
+            with np.errstate(divide="ignore"):
+                below = np.floor(np.log(self.q.eps0 / settled) / math.log(self.ratio))
+            highest = np.clip(np.nan_to_num(below, nan=0.0, posinf=self.top - 1), 0, self.top - 1).astype(np.int64)
         for stride in LEVELS:
             level = np.setdiff1d(np.unique(np.append(np.arange(0, rows.size, stride), rows.size - 1)), known)
             if not level.size:
@@ -300,13 +331,17 @@ class _Ladder:
             if known.size:
                 guess = np.stack([np.interp(np.log(self.ns[rows[level]]), np.log(self.ns[rows[known]]), solved[:, d])
                                   for d in range(targets.size)], axis=1)
-                ok = np.clip(np.floor(guess).astype(np.int64), 0, self.top - 1)
+                ok = np.clip(np.floor(guess).astype(np.int64), highest[level], self.top - 1)
+                fail = ok + 1
+            elif settled is not None:
+                ok = highest[level]
                 fail = ok + 1
             else:
                 ok, fail = np.zeros((level.size, targets.size), np.int64), np.full((level.size, targets.size), self.top)
             i = np.repeat(rows[level], targets.size)
             delta = np.tile(targets, level.size)
-            ok, fail = self.close(i, delta, ok.ravel(), fail.ravel())
+            cell_settled = None if settled is None else settled[level].ravel()
+            ok, fail = self.close(i, delta, ok.ravel(), fail.ravel(), cell_settled)
             ok_all[level], fail_all[level] = ok.reshape(-1, targets.size), fail.reshape(-1, targets.size)
             known = np.append(known, level)
             solved = np.concatenate([solved, position(ok, fail, i, delta).reshape(-1, targets.size)])
@@ -320,27 +355,28 @@ class _Ladder:
         d_ok, d_fail = self.values(ok, i), self.values(fail, i)
         return np.where(d_fail > delta, chord_eps(self.eps[fail], d_fail, self.eps[ok], d_ok, delta), self.eps[fail])
 
-    def close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray,
-               fail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Move each bracket until delta_up(e_ok) <= delta < delta_up(e_fail) with fail = ok + 1:
+    def close(self, i: np.ndarray, delta: np.ndarray, ok: np.ndarray, fail: np.ndarray,
+              settled: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Move each bracket until delta(e_ok) <= delta < delta(e_fail) with fail = ok + 1:
         a wrong end is pushed out by a doubling stride (the failed point becomes the other
-        end), a right bracket is bisected.  fail = top is accepted as failing (the floor)."""
+        end), a right bracket is bisected.  fail = top is accepted as failing (the floor).
+        ``settled``: see ``at_most``."""
         grow_ok, grow_fail = np.ones_like(ok), np.ones_like(fail)
         for _ in range(8 * int(math.log2(self.top + 1)) + 8):
-            ok_good = self.values(ok, i) <= delta
-            fail_good = (fail >= self.top) | ~(self.values(fail, i) <= delta)
+            ok_good = self.at_most(ok, i, delta, settled)
+            fail_good = (fail >= self.top) | ~self.at_most(fail, i, delta, settled)
             new_ok = np.where(ok_good, np.where(fail_good, ok, fail), np.maximum(ok - grow_ok, 0))
             new_fail = np.where(fail_good, np.where(ok_good, fail, ok), np.minimum(fail + grow_fail, self.top))
             grow_ok = np.where(ok_good, grow_ok, 2 * grow_ok)
             grow_fail = np.where(fail_good, grow_fail, 2 * grow_fail)
             ok, fail = new_ok, np.maximum(new_fail, new_ok + 1)
-            settled = ok_good & fail_good
-            open_ = settled & (fail - ok > 1)
+            done = ok_good & fail_good
+            open_ = done & (fail - ok > 1)
             if open_.any():
                 mid = (ok[open_] + fail[open_]) // 2
-                mid_ok = self.values(mid, i[open_]) <= delta[open_]
+                mid_ok = self.at_most(mid, i[open_], delta[open_], None if settled is None else settled[open_])
                 ok[open_] = np.where(mid_ok, mid, ok[open_])
                 fail[open_] = np.where(mid_ok, fail[open_], mid)
-            if settled.all() and np.all(fail - ok <= 1):
+            if done.all() and np.all(fail - ok <= 1):
                 return ok, fail
         raise RuntimeError("slice search did not converge")  # cannot happen: brackets only shrink or grow to the ends

@@ -150,11 +150,13 @@ def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n:
         out[pairs[idx]] = plan.evaluate(idx)
 
 
-def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float) -> _Plan:
+def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
+                tail_log: float = TAIL_LOG) -> _Plan:
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
     ``plan.batches()`` and ``plan.parseval``)."""
-    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES, TAIL_LOG)
+    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES, tail_log,
+                 tail_log)
 
 
 def _most_users(row: np.ndarray, n: np.ndarray, rows: int) -> np.ndarray:
@@ -487,8 +489,9 @@ class _Plan:
     """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""
 
     def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int,
-                 alias_log: float = ALIAS_LOG) -> None:
+                 alias_log: float = ALIAS_LOG, tail_log: float = TAIL_LOG) -> None:
         self.law, self.row, self.n, self.max_nodes = law, row, n, max_nodes
+        self.alias_log, self.tail_log = alias_log, tail_log
         nf = n.astype(float)
         lam = law.lam[row]
         self.int_part, self.frac = _split_shift(law.ratio[row], law.ratio_err[row], n)
@@ -517,7 +520,8 @@ class _Plan:
         """
         law, row, period = self.law, self.row, self.period.astype(float)
         v = law.var[row] * (1 - 1e-9)
-        theta_g = np.sqrt(TAIL_LOG / (0.4 * n * v))
+        tail_log = self.tail_log
+        theta_g = np.sqrt(tail_log / (0.4 * n * v))
         every = self.period <= SMALL_PERIOD
         near = np.where(every, np.pi, np.minimum(theta_g, law.theta1[row]))
         sup = np.where(~every & (theta_g < law.theta1[row]), -0.4 * n * v * theta_g**2, -np.inf)
@@ -529,8 +533,8 @@ class _Plan:
             mine = np.flatnonzero(np.isin(row, chunk) & ~every)
             local = np.searchsorted(chunk, row[mine])
             t_low, t_high, k_high = np.full(chunk.size, np.inf), np.zeros(chunk.size), np.zeros(chunk.size)
-            np.minimum.at(t_low, local, np.exp(-TAIL_LOG / n[mine]))
-            np.maximum.at(t_high, local, np.exp(-TAIL_LOG / n[mine]))
+            np.minimum.at(t_low, local, np.exp(-tail_log / n[mine]))
+            np.maximum.at(t_high, local, np.exp(-tail_log / n[mine]))
             np.maximum.at(k_high, local, period[mine])
             owner, start, width, log_bound = law.far_cells(chunk, t_low, t_high, k_high)
             first = np.searchsorted(owner, np.arange(chunk.size))
@@ -539,7 +543,7 @@ class _Plan:
             cells = np.repeat(first[local], count[local]) + ramp(count[local])
             owner_pair = np.repeat(mine, count[local])
             log_psi_n = n[owner_pair] * log_bound[cells]
-            live = log_psi_n > -TAIL_LOG
+            live = log_psi_n > -tail_log
             dead_sup = np.full(n.size, -np.inf)
             np.maximum.at(dead_sup, owner_pair[~live], log_psi_n[~live])
             sup = np.maximum(sup, dead_sup)
