@@ -98,6 +98,12 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     rows = np.flatnonzero(n_axis >= 2)
     if not q.lower or not rows.size or any(d.c.size > SPECTRAL_COMPONENTS for d in q.lower):
         return out
+    # n where every pair's evaluations decline (comb-like sums): nothing provable, no search
+    provable = np.any([spectral_lower.spread(d, n_axis[rows]) for d in q.lower], axis=0)
+    out[rows[~provable]] = 0.0
+    rows = rows[provable]
+    if not rows.size:
+        return out
     if upper is None:
         upper = eps_slice(q.mechanism, eps0=eps0, ns=n_axis, deltas=targets, **params)
     ladder = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))

@@ -75,8 +75,7 @@ def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: fl
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
     out = np.full(eps_b.size, np.nan)
-    rare = 1.0 - float(np.max(np.append(d.c, d.rest)))
-    pairs = np.flatnonzero(n_b.ravel() * rare >= spectral.SPREAD_USERS)
+    pairs = np.flatnonzero(spread(d, n_b.ravel()))
     if pairs.size:
         used, row = np.unique(eps_b.ravel()[pairs], return_inverse=True)
         plan = spectral.spread_plan(d, used, row.ravel(), n_b.ravel()[pairs], resolution, LOWER_TAIL_LOG)
@@ -84,6 +83,12 @@ def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: fl
         for idx in plan.batches():
             out[pairs[idx]] = _bound(plan, atoms, idx)
     return out.reshape(eps_b.shape)
+
+
+def spread(d: Decomposition, n: np.ndarray) -> np.ndarray:
+    """Where the lower path can answer at all: n P(G not at the heaviest atom) >= SPREAD_USERS
+    (a half-split lattice; with fewer such users every evaluation declines, at every eps)."""
+    return np.asarray(n) * (1.0 - float(np.max(np.append(d.c, d.rest)))) >= spectral.SPREAD_USERS
 
 
 def chernoff_upper(d: Decomposition, eps: np.ndarray, n: int) -> np.ndarray:
