@@ -50,7 +50,9 @@ from tablegen.engine import spectral
 from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
 from tablegen.mechanisms import Mechanism
 
-Values = tuple[np.ndarray, np.ndarray]  # delta at (eps, n) pairs, and which decomposition gave each
+# delta at (eps, n) pairs, which decomposition gave each, and that decomposition's certified upper
+# delta from the same evaluation where the bound is a lower one (NaN where not known)
+Values = tuple[np.ndarray, np.ndarray, np.ndarray]
 LADDER = 1.01
 LEVELS = (64, 8, 1)  # rows solved per level: every 64th (whole-ladder bisection), every 8th, all
 FLOOR = 1e-9  # smallest eps tried, relative to eps0
@@ -148,12 +150,16 @@ def _past_proofs(q: Query, ladder: _Ladder, i: np.ndarray, delta: np.ndarray, pr
 
 def _pair_uppers(q: Query, ladder: _Ladder, j: np.ndarray, i: np.ndarray) -> np.ndarray:
     """The certified UPPER delta at (e_(j+1), n_i) of the lower-bound pair whose lower bound
-    ``ladder`` holds at (e_j, n_i) (the spectral path at the upper resolution; inf where it
-    declines), each distinct (pair, j, i) evaluated once."""
-    out = np.full(j.size, np.inf)
+    ``ladder`` holds at (e_j, n_i): the one the lower path computed with it where the search
+    evaluated (e_(j+1), n_i) and the same pair won there, else the spectral path at the upper
+    resolution (inf where it declines), each distinct (pair, j, i) evaluated once."""
     winner = ladder.winner[j, i]
+    out = ladder.pair_upper[j + 1, i]
+    out = np.where(ladder.winner[j + 1, i] == winner, out, np.nan)
     for p in np.unique(winner):
-        mine = np.flatnonzero(winner == p)
+        mine = np.flatnonzero((winner == p) & np.isnan(out))
+        if not mine.size:
+            continue
         keys, where = np.unique(np.stack([j[mine] + 1, i[mine]]), axis=1, return_inverse=True)
         used, row = np.unique(ladder.eps[keys[0]], return_inverse=True)
         values = spectral.delta_pairs(q.lower[p], used, row.ravel(), ladder.ns[keys[1]], RESOLUTION)
@@ -178,7 +184,8 @@ def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
             if users not in queries:
                 queries[users] = Query(q.mechanism, q.eps0, users, q.params, resolution)
             out[k] = queries[users].delta_upper(float(eps[k]))
-        return np.where(np.isnan(out), np.inf, out), np.zeros(out.size, np.int8)  # never NaN: certifies nothing
+        unknown = np.full(out.size, np.nan)
+        return np.where(np.isnan(out), np.inf, out), np.zeros(out.size, np.int8), unknown  # never NaN: certifies nothing
 
     return values
 
@@ -198,20 +205,22 @@ def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
 
     def values(eps: np.ndarray, i: np.ndarray) -> Values:
         if wins.sum() < PAIR_SAMPLE:
-            each = np.array([spectral_lower.delta_lower(d, eps, ns[i], resolution) for d in q.lower])
+            each, uppers = np.array([spectral_lower.delta_lower_upper(d, eps, ns[i], resolution) for d in q.lower]
+                                    ).transpose(1, 0, 2)
             known = ~np.all(np.isnan(each), axis=0)
             winner = np.argmax(np.nan_to_num(each, nan=-1.0), axis=0)
             wins[:] += np.bincount(winner[known], minlength=wins.size)
             order[:] = [int(p) for p in np.argsort(-wins, kind="stable") if wins[p] > 0] or order
-            return np.fmax.reduce(each), winner.astype(np.int8)
-        out = spectral_lower.delta_lower(q.lower[order[0]], eps, ns[i], resolution)
+            return np.fmax.reduce(each), winner.astype(np.int8), uppers[winner, np.arange(eps.size)]
+        out, upper = spectral_lower.delta_lower_upper(q.lower[order[0]], eps, ns[i], resolution)
         winner = np.full(out.size, order[0], np.int8)
         for p in order[1:]:
             declined = np.flatnonzero(np.isnan(out))
             if declined.size:
-                out[declined] = spectral_lower.delta_lower(q.lower[p], eps[declined], ns[i[declined]], resolution)
+                out[declined], upper[declined] = spectral_lower.delta_lower_upper(q.lower[p], eps[declined],
+                                                                                  ns[i[declined]], resolution)
                 winner[declined] = p
-        return out, winner
+        return out, winner, upper
 
     return values
 
@@ -232,6 +241,7 @@ class _Ladder:
         self.cache = np.full((self.top + 1, ns.size), np.nan)  # NaN once evaluated: declined
         self.known = np.zeros(self.cache.shape, dtype=bool)
         self.winner = np.zeros(self.cache.shape, dtype=np.int8)  # the decomposition that gave each value
+        self.pair_upper = np.full(self.cache.shape, np.nan)  # and its upper delta, where evaluated with it
         self.set(slice(0, 1), slice(None), 0.0)  # delta(eps0) = 0 for an eps0-LDP randomizer
 
     def set(self, j: Any, i: Any, value: Any) -> None:
@@ -243,7 +253,8 @@ class _Ladder:
         missing = ~self.known[j, i]
         if missing.any():
             keys = np.unique(np.stack([j[missing], i[missing]]), axis=1)
-            value, self.winner[keys[0], keys[1]] = self._values(self.eps[keys[0]], keys[1])
+            value, self.winner[keys[0], keys[1]], self.pair_upper[keys[0], keys[1]] = \
+                self._values(self.eps[keys[0]], keys[1])
             self.set(keys[0], keys[1], value)
         return self.cache[j, i]
 
@@ -369,6 +380,9 @@ class _Ladder:
         ``settled``: see ``at_most``."""
         grow_ok, grow_fail = np.ones_like(ok), np.ones_like(fail)
         for _ in range(8 * int(math.log2(self.top + 1)) + 8):
+            if settled is not None:  # lower searches: both ends in one evaluation, one plan per eps (upper
+                # slices keep two: the lattice depends on the batch, their certified eps stay bit for bit)
+                self.at_most(np.append(ok, fail), np.append(i, i), np.append(delta, delta), np.append(settled, settled))
             ok_good = self.at_most(ok, i, delta, settled)
             fail_good = (fail >= self.top) | ~self.at_most(fail, i, delta, settled)
             new_ok = np.where(ok_good, np.where(fail_good, ok, fail), np.maximum(ok - grow_ok, 0))

@@ -79,15 +79,23 @@ def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: fl
     NaN where the spectral path declines; the caller uses the FFT path there.
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
-    out = np.full(eps_b.size, np.nan)
-    pairs = np.flatnonzero(spread(d, n_b.ravel()))
+    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution)[0].reshape(eps_b.shape)
+
+
+def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray,
+                      resolution: float = RESOLUTION) -> tuple[np.ndarray, np.ndarray]:
+    """``delta_lower`` for pairs (eps_b, n_b) (1-D), and from the same Parseval sums a certified
+    UPPER bound on the same delta (``spectral._Plan.upper``: aliasing and dropped nodes added,
+    valid at any period and resolution; NaN where the plan declines)."""
+    lower, upper = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
+    pairs = np.flatnonzero(spread(d, n))
     if pairs.size:
-        used, row = np.unique(eps_b.ravel()[pairs], return_inverse=True)
-        plan = spectral.spread_plan(d, used, row.ravel(), n_b.ravel()[pairs], resolution, LOWER_TAIL_LOG)
+        used, row = np.unique(eps[pairs], return_inverse=True)
+        plan = spectral.spread_plan(d, used, row.ravel(), n[pairs], resolution, LOWER_TAIL_LOG)
         atoms = _Atoms(d, used, plan.law)
         for idx in plan.batches():
-            out[pairs[idx]] = _bound(plan, atoms, idx)
-    return out.reshape(eps_b.shape)
+            lower[pairs[idx]], upper[pairs[idx]] = _bound(plan, atoms, idx)
+    return lower, upper
 
 
 def spread(d: Decomposition, n: np.ndarray) -> np.ndarray:
@@ -126,6 +134,7 @@ class _Atoms:
         lam = law.lam[:, None]
         logw, self.log_mgf = tilted_log_weights(x, probs, law.lam)
         w = np.exp(logw)
+        self.x, self.w = x, w  # psi_G(t) = sum_j w_j e^(i t x_j) per eps
         mean = np.sum(w * x, axis=1)
         dev = x - mean[:, None]
         var, mu4 = np.sum(w * dev**2, axis=1), np.sum(w * dev**4, axis=1)
@@ -229,12 +238,13 @@ def _noise_integral(atoms: _Atoms, rows: np.ndarray, n: np.ndarray) -> np.ndarra
     return 2.0 * (core + middle + tail)
 
 
-def _bound(plan: object, atoms: _Atoms, idx: np.ndarray) -> np.ndarray:
-    """The certified lower bound on delta for the pairs ``idx`` of ``plan`` (steps 1-3)."""
+def _bound(plan: object, atoms: _Atoms, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The certified lower bound on delta for the pairs ``idx`` of ``plan`` (steps 1-3), and the
+    upper bound from the same sums."""
     law = plan.law
     zero = plan.zero[idx]
     if zero.all():
-        return np.zeros(idx.size)
+        return np.zeros(idx.size), np.zeros(idx.size)
     rows, n = plan.row[idx], plan.n[idx]
     nf = n.astype(float)
     lam, period = law.lam[rows], plan.period[idx].astype(float)
@@ -254,7 +264,7 @@ def _bound(plan: object, atoms: _Atoms, idx: np.ndarray) -> np.ndarray:
     log_delta = plan.log_scale[idx] - plan.log_err[idx] + np.log(np.where(main > 0, main, 1.0))
     log_delta += np.log(law.step[rows]) - np.log(nf)
     out = np.where(declined, np.nan, np.exp(log_delta) * (1 - 1e-9))
-    return np.where(zero, 0.0, out)
+    return np.where(zero, 0.0, out), plan.upper(idx, value, err)
 
 
 def _aliasing(plan: object, idx: np.ndarray, lam: np.ndarray, period: np.ndarray) -> np.ndarray:

@@ -582,7 +582,10 @@ class _Plan:
     def evaluate(self, idx: np.ndarray) -> np.ndarray:
         if self.zero[idx].all():
             return np.zeros(idx.size)
-        value, err = self.parseval(idx)
+        return self.upper(idx, *self.parseval(idx))
+
+    def upper(self, idx: np.ndarray, value: np.ndarray, err: np.ndarray) -> np.ndarray:
+        """The certified upper bound on delta for pairs ``idx`` from their ``parseval``."""
         upper = value + err
         log_delta = self.log_scale[idx] + self.log_err[idx] + np.log(np.where(upper > 0, upper, np.nan))
         log_delta += np.log(self.law.step[self.row[idx]]) - np.log(self.n[idx].astype(float))
