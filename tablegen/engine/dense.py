@@ -185,15 +185,16 @@ def _upper_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.n
                 queries[users] = Query(q.mechanism, q.eps0, users, q.params, resolution)
             out[k] = queries[users].delta_upper(float(eps[k]))
         unknown = np.full(out.size, np.nan)
-        return np.where(np.isnan(out), np.inf, out), np.zeros(out.size, np.int8), unknown  # never NaN: certifies nothing
+        return np.where(np.isnan(out), np.inf, out), np.zeros(out.size, np.int8), unknown  # inf: certifies nothing
 
     return values
 
 
 def _lower_values(q: Query, ns: np.ndarray, resolution: float) -> Callable[[np.ndarray, np.ndarray], Values]:
-    """delta_low(eps, n_i) for pairs and the lower-bound pair that gave it: the largest over the
-    pairs on the spectral lower path, NaN where every pair declines (the search then treats the point like a proof, so that
-    declines at tiny eps do not pull it down; ``_Ladder.probe`` accepts only evaluated proofs).
+    """delta_low(eps, n_i) for pairs, the lower-bound pair that gave it and that pair's upper delta
+    from the same sums: the largest over the pairs on the spectral lower path, NaN where every pair
+    declines (the search then treats the point like a proof, so that declines at tiny eps do not
+    pull it down; ``_Ladder.probe`` accepts only evaluated proofs).
 
     Every pair is evaluated until ``PAIR_SAMPLE`` points have a lower bound; from then on the
     pair that was the largest most often is evaluated everywhere and the others that were the
