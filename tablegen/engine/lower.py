@@ -207,7 +207,7 @@ def _cell_pieces(start: np.ndarray, end: np.ndarray, count: np.ndarray, a: np.nd
     edges = start[edge_owner] + spectral.ramp(count + 1) * width[edge_owner]
     edges[first_edge + count] = end
     owner = np.repeat(np.arange(start.size), count)
-    first = first_edge[owner] + spectral.ramp(count)
+    first = spectral.runs(first_edge, count)
     drop = _cell_drops(edges, edge_owner, dist, weight)[first]
     with np.errstate(divide="ignore"):
         log_psi = 0.5 * n[owner] * np.log(np.maximum(1 - drop * (1 - 1e-9), 0.0))

@@ -540,7 +540,7 @@ class _Plan:
             first = np.searchsorted(owner, np.arange(chunk.size))
             count = np.bincount(owner, minlength=chunk.size)
             # every (pair, cell of its row)
-            cells = np.repeat(first[local], count[local]) + ramp(count[local])
+            cells = runs(first[local], count[local])
             owner_pair = np.repeat(mine, count[local])
             log_psi_n = n[owner_pair] * log_bound[cells]
             live = log_psi_n > -tail_log
@@ -600,10 +600,10 @@ class _Plan:
         law = self.law
         pair, lo, hi = self.ranges
         first, last = np.searchsorted(pair, idx), np.searchsorted(pair, idx, side="right")
-        ranges = np.repeat(first, last - first) + ramp(last - first)
+        ranges = runs(first, last - first)
         length = hi[ranges] - lo[ranges] + 1
         row = np.repeat(np.repeat(np.arange(idx.size), last - first), length)
-        k = np.repeat(lo[ranges], length) + ramp(length)
+        k = runs(lo[ranges], length)
         # per-pair quantities first, then spread over that pair's nodes
         pr = self.row[idx]
         period_p = self.period[idx]
@@ -777,8 +777,14 @@ def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np
 
 def ramp(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., c - 1 for each c of ``counts``, concatenated."""
+    return runs(np.zeros_like(counts), counts)
+
+
+def runs(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """s, s + 1, ..., s + c - 1 for each (s, c) of integer ``starts`` and ``counts``, concatenated
+    (``np.repeat(starts, counts) + ramp(counts)`` with one repeat)."""
     total = np.arange(int(np.sum(counts)))
-    return total - np.repeat(np.cumsum(counts) - counts, counts)
+    return total + np.repeat(starts - (np.cumsum(counts) - counts), counts)
 
 
 def _smooth_periods(period: np.ndarray) -> np.ndarray:
