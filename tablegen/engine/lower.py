@@ -71,6 +71,7 @@ NOISE_LOG = 20.0  # cells up to e^(-n t^2 / 8) = e^-NOISE_LOG (e^-80 cost 2x the
 # the others together add at most MAX_CELLS / REFINE * REFINE_SHARE, 2.6%, of that piece, itself
 # ~3e-3 of the bound); BLH's lower slices 1.5x faster, Laplace's (66 pairs of atoms) 2x
 REFINE, REFINE_SHARE = 16, 1e-4
+DROP_BLOCK = 2**18  # edges x pairs per pass of _cell_drops
 
 
 def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
@@ -164,30 +165,34 @@ def _gauss_piece(kappa: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
 
 
 def _min_one_minus_cos(y: np.ndarray) -> np.ndarray:
-    """Per cell [y[i], y[i + 1]] of consecutive edges ``y`` (0 <= y, ascending within a cell), min
-    of 1 - cos over it, minus a floating-point margin: 0 where the cell holds a multiple of 2 pi,
-    else the smaller end value (1 - cos is unimodal between consecutive multiples).  Cosines and
-    turns are taken once per edge (neighbouring cells share it); contiguous slices, no gathers."""
+    """Per cell [y[i], y[i + 1]] of consecutive edges ``y`` (0 <= y, ascending within a cell; along
+    the first axis, each column on its own), min of 1 - cos over it, minus a floating-point
+    margin: 0 where the cell holds a multiple of 2 pi, else the smaller end value (1 - cos is
+    unimodal between consecutive multiples).  Cosines and turns are taken once per edge
+    (neighbouring cells share it); slices, no gathers."""
     period = 2 * np.pi
     one_minus, turns = 1 - np.cos(y), np.floor(y / period)
     holds = turns[1:] > turns[:-1]
     # or a cell starting on a multiple: np.mod (as costly as the cosine) only where y - turns *
     # period is 0, which every exact multiple y = k period gives (y / period is then k exactly)
-    maybe = np.flatnonzero(y[:-1] - turns[:-1] * period == 0)
-    holds[maybe] |= np.mod(y[maybe], period) == 0
+    maybe = y[:-1] - turns[:-1] * period == 0
+    holds[maybe] |= np.mod(y[:-1][maybe], period) == 0
     ends = np.minimum(one_minus[:-1], one_minus[1:]) - 8 * U * (y[1:] + 1)
     return np.where(holds, 0.0, np.maximum(ends, 0.0))
 
 
 def _cell_drops(edges: np.ndarray, edge_owner: np.ndarray, dist: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """sum over pairs of weight * (min over the cell of 1 - cos(t d)) for every two consecutive
-    ``edges`` (rows of ``dist`` and ``weight``: the edges' owners); one pair at a time, so every
-    array is one-dimensional and read in order.  Entries spanning two owners are not cells
-    (the caller reads each owner's cells only)."""
+    ``edges`` (rows of ``dist`` and ``weight``: the edges' owners); as many pairs at a time as
+    keep an array within DROP_BLOCK values (one for the long edge lists of many cells, all 66 of
+    12 atoms for the short ones of refined cells: numpy's per-call cost decides there).  Entries
+    spanning two owners are not cells (the caller reads each owner's cells only)."""
     drop = np.zeros(max(edges.size - 1, 0))
     below = edge_owner[:-1]
-    for p in range(dist.shape[1]):
-        drop += weight[below, p] * _min_one_minus_cos(edges * dist[edge_owner, p])
+    block = max(1, DROP_BLOCK // max(edges.size, 1))
+    for p in range(0, dist.shape[1], block):
+        mins = _min_one_minus_cos(edges[:, None] * dist[edge_owner, p : p + block])
+        drop += np.sum(weight[below, p : p + block] * mins, axis=1)
     return drop
 
 
