@@ -92,10 +92,10 @@ def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray,
     pairs = np.flatnonzero(spread(d, n))
     if pairs.size:
         used, row = np.unique(eps[pairs], return_inverse=True)
-        plan = spectral.spread_plan(d, used, row.ravel(), n[pairs], resolution, LOWER_TAIL_LOG)
-        atoms = _Atoms(d, used, plan.law)
-        for idx in plan.batches():
-            lower[pairs[idx]], upper[pairs[idx]] = _bound(plan, atoms, idx)
+        for which, plan, law_eps in spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, LOWER_TAIL_LOG):
+            atoms = _Atoms(d, law_eps, plan.law)
+            for idx in plan.batches():
+                lower[pairs[which[idx]]], upper[pairs[which[idx]]] = _bound(plan, atoms, idx)
     return lower, upper
 
 

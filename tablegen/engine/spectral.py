@@ -121,23 +121,31 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
     spread = n * rare >= SPREAD_USERS
     for half in (True, False):
         pairs = np.flatnonzero(spread == half)
-        if not pairs.size:
-            continue
-        used, local = np.unique(row[pairs], return_inverse=True)
-        local = local.ravel()
-        law = _Lattice(d, eps[used], resolution, half, _most_users(local, n[pairs], used.size))
-        # near eps = 0 the saddlepoint lambda is tiny and the period ~ TAIL_LOG / lambda explodes:
-        # those pairs are tilted at a floor lambda instead (the identity of step 2 holds for any lambda)
-        bucket = np.floor(np.log2(n[pairs])).astype(np.int64)
-        floor = FLOOR_Z / (np.sqrt(2.0 ** (bucket + 1)) * law.sd_cells[local])
-        low = law.lam[local] < floor
-        _fill(out, pairs[~low], law, local[~low], n[pairs[~low]], half)
-        if low.any():
-            keys, key_row = np.unique(np.stack([local[low], bucket[low]]), axis=1, return_inverse=True)
-            floors = FLOOR_Z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
-            tilted = _Lattice(d, eps[used[keys[0]]], resolution, half,
-                              _most_users(key_row.ravel(), n[pairs[low]], keys.shape[1]), floors)
-            _fill(out, pairs[low], tilted, key_row.ravel(), n[pairs[low]], half)
+        if pairs.size:
+            for which, law, law_row, _ in _laws(d, eps, row[pairs], n[pairs], resolution, half):
+                _fill(out, pairs[which], law, law_row, n[pairs[which]], half)
+    return out
+
+
+def _laws(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
+          half: bool) -> list[tuple[np.ndarray, _Lattice, np.ndarray, np.ndarray]]:
+    """The lattice laws of the pairs (eps[row_b], n_b): (which pairs, law, each one's law row, the
+    law rows' eps) for those tilted at the saddlepoint and, near eps = 0, where the saddlepoint
+    lambda is tiny and the period ~ TAIL_LOG / lambda explodes, for those tilted at a floor
+    lambda instead, per law row and n-octave (the identity of step 2 holds for any lambda)."""
+    used, local = np.unique(row, return_inverse=True)
+    local = local.ravel()
+    law = _Lattice(d, eps[used], resolution, half, _most_users(local, n, used.size))
+    bucket = np.floor(np.log2(n)).astype(np.int64)
+    floor = FLOOR_Z / (np.sqrt(2.0 ** (bucket + 1)) * law.sd_cells[local])
+    low = law.lam[local] < floor
+    out = [(np.flatnonzero(~low), law, local[~low], eps[used])]
+    if low.any():
+        keys, key_row = np.unique(np.stack([local[low], bucket[low]]), axis=1, return_inverse=True)
+        floors = FLOOR_Z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
+        tilted = _Lattice(d, eps[used[keys[0]]], resolution, half,
+                          _most_users(key_row.ravel(), n[low], keys.shape[1]), floors)
+        out.append((np.flatnonzero(low), tilted, key_row.ravel(), eps[used[keys[0]]]))
     return out
 
 
@@ -150,13 +158,15 @@ def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n:
         out[pairs[idx]] = plan.evaluate(idx)
 
 
-def spread_plan(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
-                tail_log: float = TAIL_LOG) -> _Plan:
+def spread_plans(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
+                 tail_log: float = TAIL_LOG) -> list[tuple[np.ndarray, _Plan, np.ndarray]]:
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
-    ``plan.batches()`` and ``plan.parseval``)."""
-    return _Plan(_Lattice(d, eps, resolution, True, _most_users(row, n, eps.size)), row, n, MAX_NODES, tail_log,
-                 tail_log)
+    ``plan.batches()`` and ``plan.parseval``), as (which pairs, plan, its law rows' eps) for the
+    pairs tilted at the saddlepoint and those tilted at a floor lambda (``_laws``); the period
+    and the nodes summed sized at e^-``tail_log``."""
+    return [(which, _Plan(law, law_row, n[which], MAX_NODES, tail_log, tail_log), law_eps)
+            for which, law, law_row, law_eps in _laws(d, eps, row, n, resolution, True)]
 
 
 def _most_users(row: np.ndarray, n: np.ndarray, rows: int) -> np.ndarray:

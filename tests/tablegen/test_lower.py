@@ -12,7 +12,7 @@ from tablegen.decomposition import Decomposition
 from tablegen.engine import eps_bounds, lower
 from tablegen.engine.accountant import LOWER_RESOLUTION, Query, delta_of_decomposition, refined_lower
 from tablegen.engine.lower import _min_one_minus_cos, delta_lower
-from tablegen.engine.spectral import delta_upper, spread_plan
+from tablegen.engine.spectral import delta_upper, spread_plans
 
 
 def _decomposition(values, probs):
@@ -182,13 +182,14 @@ def test_noise_integral_bounds_the_integral_and_refines_where_it_matters(monkeyp
     on coarse cells refined where they matter is within 3% of the bound on fine cells everywhere
     (REFINE = 1), and no larger than the coarse cells' alone (never refining)."""
     d = Query(name, eps0, 1, params).lower[0]
-    eps_a, rows, n_a = np.array([eps]), np.zeros(1, np.int64), np.array([n])
-    plan = spread_plan(d, eps_a, rows, n_a, lower.RESOLUTION, lower.LOWER_TAIL_LOG)
-    atoms = lower._Atoms(d, eps_a, plan.law)
+    eps_a, n_a = np.array([eps]), np.array([n])
+    [(_, plan, law_eps)] = [p for p in spread_plans(d, eps_a, np.zeros(1, np.int64), n_a, lower.RESOLUTION,
+                                                    lower.LOWER_TAIL_LOG) if p[0].size]
+    atoms, rows = lower._Atoms(d, law_eps, plan.law), plan.row
     bound = float(lower._noise_integral(atoms, rows, n_a.astype(float))[0])
-    reach, top = float(np.ptp(atoms.x[0])), 1.5 * math.sqrt(8 * lower.NOISE_LOG / n)
+    reach, top = float(np.ptp(atoms.x[rows[0]])), 1.5 * math.sqrt(8 * lower.NOISE_LOG / n)
     t = np.linspace(0.0, top, int(top * reach / 0.05) + 2)  # 125 points per turn of the fastest phase
-    psi = np.concatenate([np.abs(np.exp(1j * np.outer(part, atoms.x[0])) @ atoms.w[0])
+    psi = np.concatenate([np.abs(np.exp(1j * np.outer(part, atoms.x[rows[0]])) @ atoms.w[rows[0]])
                           for part in np.array_split(t, max(1, t.size * atoms.x.shape[1] // 10**7))])
     integrand = np.exp(-n * t**2 / 8 + n * np.log(np.maximum(psi, 1e-300)))
     exact = 2 * float(np.sum((integrand[1:] + integrand[:-1]) / 2) * t[1])  # beyond top: below e^-45 of it
