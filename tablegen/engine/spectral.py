@@ -128,21 +128,22 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
 
 
 def _laws(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
-          half: bool) -> list[tuple[np.ndarray, _Lattice, np.ndarray, np.ndarray]]:
+          half: bool, floor_z: float = FLOOR_Z) -> list[tuple[np.ndarray, _Lattice, np.ndarray, np.ndarray]]:
     """The lattice laws of the pairs (eps[row_b], n_b): (which pairs, law, each one's law row, the
     law rows' eps) for those tilted at the saddlepoint and, near eps = 0, where the saddlepoint
     lambda is tiny and the period ~ TAIL_LOG / lambda explodes, for those tilted at a floor
-    lambda instead, per law row and n-octave (the identity of step 2 holds for any lambda)."""
+    lambda instead, floor_z / sd(S') per law row and n-octave (the identity of step 2 holds for
+    any lambda)."""
     used, local = np.unique(row, return_inverse=True)
     local = local.ravel()
     law = _Lattice(d, eps[used], resolution, half, _most_users(local, n, used.size))
     bucket = np.floor(np.log2(n)).astype(np.int64)
-    floor = FLOOR_Z / (np.sqrt(2.0 ** (bucket + 1)) * law.sd_cells[local])
+    floor = floor_z / (np.sqrt(2.0 ** (bucket + 1)) * law.sd_cells[local])
     low = law.lam[local] < floor
     out = [(np.flatnonzero(~low), law, local[~low], eps[used])]
     if low.any():
         keys, key_row = np.unique(np.stack([local[low], bucket[low]]), axis=1, return_inverse=True)
-        floors = FLOOR_Z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
+        floors = floor_z / (np.sqrt(2.0 ** (keys[1] + 1)) * law.sd_cells[keys[0]])
         tilted = _Lattice(d, eps[used[keys[0]]], resolution, half,
                           _most_users(key_row.ravel(), n[low], keys.shape[1]), floors)
         out.append((np.flatnonzero(low), tilted, key_row.ravel(), eps[used[keys[0]]]))
@@ -159,14 +160,14 @@ def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n:
 
 
 def spread_plans(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
-                 tail_log: float = TAIL_LOG) -> list[tuple[np.ndarray, _Plan, np.ndarray]]:
+                 tail_log: float = TAIL_LOG, floor_z: float = FLOOR_Z) -> list[tuple[np.ndarray, _Plan, np.ndarray]]:
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
     ``plan.batches()`` and ``plan.parseval``), as (which pairs, plan, its law rows' eps) for the
     pairs tilted at the saddlepoint and those tilted at a floor lambda (``_laws``); the period
     and the nodes summed sized at e^-``tail_log``."""
     return [(which, _Plan(law, law_row, n[which], MAX_NODES, tail_log, tail_log), law_eps)
-            for which, law, law_row, law_eps in _laws(d, eps, row, n, resolution, True)]
+            for which, law, law_row, law_eps in _laws(d, eps, row, n, resolution, True, floor_z)]
 
 
 def _most_users(row: np.ndarray, n: np.ndarray, rows: int) -> np.ndarray:
