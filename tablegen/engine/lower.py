@@ -82,22 +82,28 @@ DROP_BLOCK = 2**18  # edges x pairs per pass of _cell_drops
 def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
     """Certified lower bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
 
-    NaN where the spectral path declines; the caller uses the FFT path there.
+    NaN where the spectral path declines; the caller uses the FFT path there.  The live path
+    (``eps_bounds``, ``proves_above``, and so ``verify``): period and nodes at e^-TAIL_LOG, tilted
+    at the saddlepoint, as engine 4, so a stored lower bound an earlier engine proved with a thin
+    margin is proved again.
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
-    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution)[0].reshape(eps_b.shape)
+    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution, TAIL_LOG, 0.0)[0].reshape(eps_b.shape)
 
 
-def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray,
-                      resolution: float = RESOLUTION) -> tuple[np.ndarray, np.ndarray]:
+def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
+                      tail_log: float = LOWER_TAIL_LOG,
+                      floor_z: float = LOWER_FLOOR_Z) -> tuple[np.ndarray, np.ndarray]:
     """``delta_lower`` for pairs (eps_b, n_b) (1-D), and from the same Parseval sums a certified
     UPPER bound on the same delta (``spectral._Plan.upper``: aliasing and dropped nodes added,
-    valid at any period and resolution; NaN where the plan declines)."""
+    valid at any period and resolution; NaN where the plan declines).  By default at the lower
+    slices' settings (``LOWER_TAIL_LOG``, ``LOWER_FLOOR_Z``: cheaper, within about 1e-4 of the
+    live path's delta)."""
     lower, upper = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
     pairs = np.flatnonzero(spread(d, n))
     if pairs.size:
         used, row = np.unique(eps[pairs], return_inverse=True)
-        plans = spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, LOWER_TAIL_LOG, LOWER_FLOOR_Z)
+        plans = spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, tail_log, floor_z)
         for which, plan, law_eps in plans:
             atoms = _Atoms(d, law_eps, plan.law)
             for idx in plan.batches():
