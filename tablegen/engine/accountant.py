@@ -288,11 +288,12 @@ class Query:
         eps = np.asarray(eps, dtype=float)
         return np.maximum(self._with_fft(eps, *self._spectral_lower(eps)), self.few_users_delta(eps))
 
-    def delta_lower_spectral(self, eps: np.ndarray) -> np.ndarray:
-        """Lower bound on delta at each eps from the spectral path alone, declined pairs counted
-        as 0 (a lower bound too: milliseconds, never the FFT's seconds), and the few-users bound."""
+    def delta_lower_spectral(self, eps: np.ndarray, resolution: float = spectral_lower.RESOLUTION) -> np.ndarray:
+        """Lower bound on delta at each eps from the spectral path alone (at ``resolution``),
+        declined pairs counted as 0 (a lower bound too: milliseconds, never the FFT's seconds), and
+        the few-users bound."""
         eps = np.asarray(eps, dtype=float)
-        return np.maximum(self._spectral_lower(eps)[2], self.few_users_delta(eps))
+        return np.maximum(self._spectral_lower(eps, resolution)[2], self.few_users_delta(eps))
 
     def few_users_delta(self, eps: np.ndarray) -> np.ndarray:
         """The closed-form lower bound of ``closed_form.few_users_delta`` (at most one user off the
@@ -338,14 +339,15 @@ class Query:
             best = np.maximum(best, out)
         return np.max(values, axis=0)
 
-    def _spectral_lower(self, eps: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    def _spectral_lower(self, eps: np.ndarray, resolution: float = spectral_lower.RESOLUTION
+                        ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
         """Per lower-bound pair, its spectral lower bound at each eps (NaN where declined) and a
         Chernoff upper bound where it declined (-inf where it answered, inf where no bound), and
         the largest answered value."""
         fast = self.spectral and self.n > 1
         small = [fast and d.c.size <= SPECTRAL_COMPONENTS for d in self.lower]
-        values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n)) if ok else np.full(eps.shape, np.nan)
-                  for d, ok in zip(self.lower, small, strict=True)]
+        values = [spectral_lower.delta_lower(d, eps, np.full(eps.shape, self.n), resolution) if ok
+                  else np.full(eps.shape, np.nan) for d, ok in zip(self.lower, small, strict=True)]
         reach = []
         for d, ok, out in zip(self.lower, small, values, strict=True):
             declined = np.isnan(out)
@@ -490,11 +492,13 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
 
 
 def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, delta: float,
-                 **params: Any) -> bool:
+                 resolution: float = spectral_lower.RESOLUTION, **params: Any) -> bool:
     """Whether the exact eps(delta) is proved above ``eps``: delta_lower(eps) > delta (the exact
     delta at eps exceeds delta, and delta is non-increasing in eps), by one evaluation on the
-    spectral lower path (declined pairs count as 0: milliseconds).  The lower-bound mirror of
-    ``certifies``: a True answer makes eps a lower bound on the exact eps; False proves nothing.
+    spectral lower path at ``resolution`` cells per sd (declined pairs count as 0: milliseconds;
+    a finer one proves thinner margins, the rounding term falling like 1/resolution^2).  The
+    lower-bound mirror of ``certifies``: a True answer makes eps a lower bound on the exact eps;
+    False proves nothing.
     """
     far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
@@ -502,7 +506,7 @@ def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     if far is not None:  # eps0 above the engine's range: the few-users bound alone
         return far.delta_lower(eps) > delta
     q = Query(mechanism, eps0, n, params)
-    return bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]))[0] > delta)
+    return bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]), resolution)[0] > delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
