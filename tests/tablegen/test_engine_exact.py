@@ -339,3 +339,20 @@ def test_proves_above_only_what_the_exact_lower_pairs_confirm(k):
         exact = max(exact_delta(*law, n) for law in krr_lower_laws(eps0, eps, k))
         assert not proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * (1 + 1e-6), k=k)
         assert proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * 0.9, k=k)
+
+
+def test_proves_above_at_a_finer_resolution_proves_thinner_margins_and_only_true_ones():
+    """At 60 cells per sd (verify's second try) the rounding term is a quarter of the one at 30:
+    a delta 0.5% below the lower pairs' exact delta (enumeration, k-RR k = 3, n = 1000) is proved
+    there and not at 30 for some eps; a delta just above the exact one never is, at either."""
+    eps0, n, thin = 1.0, 1000, []
+    for eps in eps0 * np.array([0.02, 0.05, 0.1, 0.2]):
+        exact = max(exact_delta(*law, n) for law in krr_lower_laws(eps0, eps, 3))
+        for resolution in (30.0, 60.0):
+            assert not proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * (1 + 1e-6), k=3,
+                                    resolution=resolution)
+        coarse, fine = (proves_above("krr", eps0=eps0, n=n, eps=eps, delta=exact * 0.995, k=3, resolution=r)
+                        for r in (30.0, 60.0))
+        assert fine or not coarse
+        thin.append(fine and not coarse)
+    assert any(thin)
