@@ -101,7 +101,7 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     if not q.lower or not rows.size or any(d.c.size > SPECTRAL_COMPONENTS for d in q.lower):
         return out
     # n where every pair's evaluations decline (comb-like sums): nothing provable, no search
-    provable = np.any([spectral_lower.spread(d, n_axis[rows]) for d in q.lower], axis=0)
+    provable = np.any([spectral.spread(d, n_axis[rows]) for d in q.lower], axis=0)
     out[rows[~provable]] = 0.0
     rows = rows[provable]
     if not rows.size:
@@ -381,11 +381,13 @@ class _Ladder:
         ``settled``: see ``at_most``."""
         grow_ok, grow_fail = np.ones_like(ok), np.ones_like(fail)
         for _ in range(8 * int(math.log2(self.top + 1)) + 8):
-            if settled is not None:  # lower searches: both ends in one evaluation, one plan per eps (upper
-                # slices keep two: the lattice depends on the batch, their certified eps stay bit for bit)
-                self.at_most(np.append(ok, fail), np.append(i, i), np.append(delta, delta), np.append(settled, settled))
-            ok_good = self.at_most(ok, i, delta, settled)
-            fail_good = (fail >= self.top) | ~self.at_most(fail, i, delta, settled)
+            if settled is None:  # upper searches: each end its own evaluation (the lattice depends on
+                # the batch: the certified eps of engines 3 to 5 stay bit for bit)
+                ends = np.append(self.values(ok, i) <= delta, self.values(fail, i) <= delta)
+            else:  # lower searches: both ends in one evaluation, one plan per eps
+                ends = self.at_most(np.append(ok, fail), np.append(i, i), np.append(delta, delta),
+                                    np.append(settled, settled))
+            ok_good, fail_good = ends[: ok.size], (fail >= self.top) | ~ends[ok.size :]
             new_ok = np.where(ok_good, np.where(fail_good, ok, fail), np.maximum(ok - grow_ok, 0))
             new_fail = np.where(fail_good, np.where(ok_good, fail, ok), np.minimum(fail + grow_fail, self.top))
             grow_ok = np.where(ok_good, grow_ok, 2 * grow_ok)

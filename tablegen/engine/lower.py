@@ -100,7 +100,7 @@ def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resoluti
     slices' settings (``LOWER_TAIL_LOG``, ``LOWER_FLOOR_Z``: cheaper, within about 1e-4 of the
     live path's delta)."""
     lower, upper = np.full(eps.size, np.nan), np.full(eps.size, np.nan)
-    pairs = np.flatnonzero(spread(d, n))
+    pairs = np.flatnonzero(spectral.spread(d, n))
     if pairs.size:
         used, row = np.unique(eps[pairs], return_inverse=True)
         plans = spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, tail_log, floor_z)
@@ -109,12 +109,6 @@ def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resoluti
             for idx in plan.batches():
                 lower[pairs[which[idx]]], upper[pairs[which[idx]]] = _bound(plan, atoms, idx)
     return lower, upper
-
-
-def spread(d: Decomposition, n: np.ndarray) -> np.ndarray:
-    """Where the lower path can answer at all: n P(G not at the heaviest atom) >= SPREAD_USERS
-    (a half-split lattice; with fewer such users every evaluation declines, at every eps)."""
-    return np.asarray(n) * (1.0 - float(np.max(np.append(d.c, d.rest)))) >= spectral.SPREAD_USERS
 
 
 def chernoff_upper(d: Decomposition, eps: np.ndarray, n: int) -> np.ndarray:

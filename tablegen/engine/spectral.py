@@ -117,14 +117,19 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
     """Upper bounds for the pairs (eps[row_b], n_b): the per-eps work (rounding, tilting, bounds
     on |psi|) is done once per distinct eps and shared by every n (NaN where declined)."""
     out = np.full(row.shape, np.nan)
-    rare = 1.0 - float(np.max(np.append(d.c, d.rest)))
-    spread = n * rare >= SPREAD_USERS
+    split = spread(d, n)
     for half in (True, False):
-        pairs = np.flatnonzero(spread == half)
+        pairs = np.flatnonzero(split == half)
         if pairs.size:
             for which, law, law_row, _ in _laws(d, eps, row[pairs], n[pairs], resolution, half):
                 _fill(out, pairs[which], law, law_row, n[pairs[which]], half)
     return out
+
+
+def spread(d: Decomposition, n: np.ndarray) -> np.ndarray:
+    """Where a sum of n users is spread: n P(G not at the heaviest atom) >= SPREAD_USERS (the
+    half-split lattice of step 1; the lower path answers only there, at every eps)."""
+    return np.asarray(n) * (1.0 - float(np.max(np.append(d.c, d.rest)))) >= SPREAD_USERS
 
 
 def _laws(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
