@@ -70,7 +70,7 @@ ENDPOINTS = {
     "/v1/eps0-max": ("eps0_max", ("eps", "n", "delta")),
 }
 ENDPOINT_VALUE = {"eps": "eps", "delta": "delta", "eps0_max": "eps0"}  # the answer's key of each kind
-PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/metrics", "/openapi.json"]
+PATHS = [*ENDPOINTS, "/v1/info", "/healthz", "/readyz", "/livez", "/metrics", "/openapi.json"]
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SLACK_BUCKETS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # an answer's slack estimate
 TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes for a given table
@@ -169,6 +169,38 @@ def _worker_warm() -> int:
     return warmed
 
 
+def _worker_warm_slices() -> int:
+    """A slice worker's warm-up: ``_worker_warm`` and the engine's slice path imported."""
+    with contextlib.suppress(ImportError):
+        import tablegen.engine.dense  # noqa: F401 - imported now, not in a client's first slice
+    return _worker_warm()
+
+
+def _warm_server(table: Table, validate: Any) -> int:
+    """The server process's own first answers, before it says ready: for each row of the table, at
+    the point ``_worker_warm`` uses, the validation (the engine's registry: its first use of a
+    mechanism imports it, 0.1-0.2 s that blocked the event loop on the first question after
+    "ready") and the table's answers of the three kinds, JSON-encoded as the handler does; and the
+    OpenAPI description.  The number of rows warmed."""
+    eps0, n, delta = (math.sqrt(axis[len(axis) // 2] * axis[len(axis) // 2 - 1])
+                      for axis in (table.eps0, table.n, table.delta))
+    warmed = 0
+    for family, params in zip(table.families, table.params, strict=True):
+        with contextlib.suppress(ValueError, ArithmeticError, TableError):
+            validate(family, params, {"eps0": eps0, "n": round(n), "delta": delta})
+            answer = lookup.eps(family, table=table, live=False, max_slack=None, eps0=eps0, n=round(n), delta=delta,
+                                **params)
+            json.dumps(finite(json_ready("eps", answer)))
+            eps = float(answer.value)
+            for kind, numbers in (("delta", {"eps0": eps0, "eps": eps}), ("eps0_max", {"eps": eps, "delta": delta})):
+                answer = getattr(lookup, kind)(family, table=table, live=False, max_slack=None, n=round(n),
+                                               **numbers, **params)
+                json.dumps(finite(json_ready(kind, answer)))
+            warmed += 1
+    openapi()
+    return warmed
+
+
 # ---------------------------------------------------------------- refinement that never waits
 
 class Refiner:
@@ -191,8 +223,9 @@ class Refiner:
     engine's eps, median +0.55%)."""
 
     def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str,
-                 slice_pool: Pool | None = None) -> None:
+                 slice_pool: Pool | None = None, ready: Any = None) -> None:
         self.settings, self.pool, self.table, self.prefix = settings, pool, table, prefix
+        self.ready = ready or (lambda: True)  # False while the service warms up: nothing is started
         self.slice_pool = slice_pool or pool
         self.slices = LRU(settings.slice_cache)  # eps0 slices
         self.asked = LRU(4096)  # eps0 slices asked for once (started at the second asking)
@@ -205,6 +238,8 @@ class Refiner:
 
     async def improve(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None,
                       body: dict[str, Any]) -> dict[str, Any]:
+        if not self.ready():  # warming up: the table's certified answer at once, no refinement queued
+            return {**body, "refined": False}  # (behind the workers' warm-up it would only add to the wait)
         key = self.key(kind, mechanism, kwargs, max_slack)
         quick = kind == "eps"
         refined = self.pool.cached(key)
@@ -414,15 +449,30 @@ def create_app(settings: Settings | None = None) -> Starlette:
     table_tag = table.digest[:16] or hashlib.sha256(json.dumps(coverage, sort_keys=True, default=str).encode()
                                                    ).hexdigest()[:16]
     engine_version = _engine_version()
-    live = Pool(settings.live_workers, settings.queue, 0, settings.cache_size, settings.table, settings.memory_mb)
+    # every worker of every pool warms up in its initializer, before its first task (lookup/pool.py)
+    live = Pool(settings.live_workers, settings.queue, 0, settings.cache_size, settings.table, settings.memory_mb,
+                warm=_worker_warm)
     refining = Pool(settings.refine_workers, 0, settings.refine_queue, settings.cache_size, settings.table,
                     settings.refine_memory_mb, REFINE_NICE, _worker_warm)
     background = Pool(settings.background_workers, 0, settings.background_workers, 0, settings.table,
-                      settings.refine_memory_mb, SLICE_NICE)
+                      settings.refine_memory_mb, SLICE_NICE, _worker_warm_slices)
     pools = {"live": live, "refine": refining, "slice": background}
-    refiner = Refiner(settings, refining, table, f"{table_tag}/{engine_version}", background)
+    state = {"server_warm": False, "ready": False}
+
+    def ready() -> bool:
+        """Ready means warm: the server's own first answers done and every worker of every pool
+        warmed up (each counted itself, lookup/pool.py).  Once true it stays true (a worker
+        restarted later warms up before it takes work, while the others serve)."""
+        if not state["ready"]:
+            state["ready"] = state["server_warm"] and all(pool.ready() for pool in pools.values())
+        return state["ready"]
+
+    refiner = Refiner(settings, refining, table, f"{table_tag}/{engine_version}", background, ready)
     metrics = Metrics()
     validate = _mechanism_validator()
+
+    def starting() -> Busy:
+        return Busy("the service is starting (its workers are warming up); retry later")
     composable = live_engine.available() and find_spec("dp_accounting") is not None
 
     def respond(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -460,6 +510,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         validate(mechanism, {k: v for k, v in kwargs.items() if k in HELP},  # the same 400s, table or live
                  {k: v for k, v in kwargs.items() if k not in HELP})
         composition = _composition(raw, composable)
+        if composition and not ready():  # engine work during the warm-up: "starting", not slow
+            raise starting()
         if composition:  # never in the event loop: the engine's composition in a worker (tens of ms)
             key = refiner.key(kind, mechanism, {**kwargs, **composition, "live": allow_live}, max_slack)
             task = (settings.live_timeout, _worker_composed, mechanism, kwargs, composition, allow_live, max_slack)
@@ -482,6 +534,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
             if bound is not None:
                 body = await refiner.improve(kind, mechanism, kwargs, max_slack, bound)
                 return improved(kind, body), _source(body)
+            if not ready():
+                raise starting()
             body = await live.result(refiner.key(kind, mechanism, kwargs, max_slack), "answer", settings.live_timeout,
                                      _worker_answer, kind, mechanism, kwargs, max_slack)
             return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
@@ -549,12 +603,18 @@ def create_app(settings: Settings | None = None) -> Starlette:
             return respond(200, coverage, {"Cache-Control": TABLE_CACHE_CONTROL}), "info"
         if path == "/openapi.json":
             return respond(200, openapi()), "info"
-        if path == "/healthz":
-            ok = live.pool is not None
-            ready = all(pool.ready() for pool in pools.values())
-            return respond(200 if ok else 503, {"status": "ok" if ok else "stopping", "workers_ready": ready,
-                                                "live_queue": live.admitted["answer"],
-                                                "queue_limit": settings.queue}), "health"
+        if path == "/livez":  # liveness: the event loop answers (nothing else checked)
+            return respond(200, {"status": "alive"}, {"Cache-Control": "no-store"}), "health"
+        if path in ("/healthz", "/readyz"):  # readiness: ready means warm
+            serving = live.pool is not None
+            warm = ready() if serving else False
+            status = "ok" if warm else "starting" if serving else "stopping"
+            body = {"status": status, "ready": warm, "workers_ready": all(pool.ready() for pool in pools.values()),
+                    "warmed": {name: [min(pool.warmed_total(), pool.workers), pool.workers]
+                               for name, pool in pools.items()},
+                    "live_queue": live.admitted["answer"], "queue_limit": settings.queue}
+            headers = {"Cache-Control": "no-store", **({} if warm else {"Retry-After": str(settings.retry_after)})}
+            return respond(200 if warm else 503, body, headers), "health"
         text = metrics.text(pools, refiner.slices)
         return Response(text, 200, media_type="text/plain; version=0.0.4"), "metrics"
 
@@ -564,7 +624,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         rows = shared.publish(table)  # the rows in memory once, mapped by every worker (None: each decodes)
         try:
             for pool in pools.values():
-                pool.start(rows)
+                pool.start(rows)  # each worker warms up in its initializer (seconds; /healthz: "starting")
+            _warm_server(table, validate)  # while the workers start: the event loop's own first answers
+            state["server_warm"] = True
             yield
         finally:
             for pool in pools.values():
@@ -657,7 +719,8 @@ def openapi() -> dict[str, Any]:
         responses = {"200": json_body(answer, "certified answer (JSON as `lookup ... --json`; \"refined\": false: "
                                       "the table's, its refinement not ready)"),
                      "304": {"description": "not modified (If-None-Match of a table answer's ETag)"},
-                     "503": json_body(ERROR, "live work queue full or over its limits", retry), **refusals}
+                     "503": json_body(ERROR, "live work queue full or over its limits, or live work while the "
+                                      "service is starting", retry), **refusals}
         paths[path] = {"get": {"operationId": kind, "summary": f"certified {kind.replace('_', '-')}",
                                "parameters": [query(kind, required)], "responses": responses}}
     text = {"text/plain": {"schema": {"type": "string"}}}
@@ -665,8 +728,13 @@ def openapi() -> dict[str, Any]:
     health = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
     for path, text, responses in (
             ("/v1/info", "what the table covers", {"200": json_body({"type": "object"}, "coverage"), **refusals}),
-            ("/healthz", "liveness and the live queue", {"200": json_body(health, "serving"),
-                                                         "503": json_body(health, "stopping", retry), **refusals}),
+            ("/healthz", "readiness (ready means warm) and the live queue",
+             {"200": json_body(health, "ready: warm, answering at steady-state latency"),
+              "503": json_body(health, "starting (workers warming up) or stopping", retry), **refusals}),
+            ("/readyz", "readiness, as /healthz", {"200": json_body(health, "ready"),
+                                                   "503": json_body(health, "starting or stopping", retry),
+                                                   **refusals}),
+            ("/livez", "liveness: the event loop answers", {"200": json_body(health, "alive"), **refusals}),
             ("/metrics", "counters and latencies", plain),
             ("/openapi.json", "this description", {"200": json_body({"type": "object"}, "OpenAPI 3.1"),
                                                    **refusals})):

@@ -32,6 +32,7 @@ from lookup.shared import mapped, release_freed
 from lookup.table import Table, open_table
 
 _WORKER_TABLE: Table | None = None
+_WARMING = False  # True while this worker runs its warm-up (worker_start), before it takes any task
 NICE = 10  # added to a live worker's niceness (the event loop's is 0)
 REFINE_NICE = 2  # a refinement's worker: just below the event loop, well above live work
 SLICE_NICE = 15  # an eps0 slice's worker: below live work
@@ -42,12 +43,19 @@ class Busy(Exception):
     """Live work refused or abandoned: answered 503 with Retry-After."""
 
 
-def worker_start(table: str | None, memory_mb: int, nice: int = NICE, rows: str | None = None) -> None:
+def worker_start(table: str | None, memory_mb: int, nice: int = NICE, rows: str | None = None,
+                 warm: Callable[[], Any] | None = None, warmed: Any = None) -> None:
     """A worker process: a lower CPU priority than the server's event loop (``nice``: table
     answers and refusals never wait behind an engine computation for the CPU), an address-space
     limit, the table opened once, its rows read-only maps of the server's files in ``rows``
-    where that directory was written for this table (``lookup.shared.mapped``; else decoded here)."""
-    global _WORKER_TABLE
+    where that directory was written for this table (``lookup.shared.mapped``; else decoded here).
+    Then, before the worker takes its first task, its warm-up ``warm()`` (the table's rows mapped,
+    the engine imported, a first certification per row: ``lookup.app._worker_warm``); a failing
+    warm-up is no failing worker (the work it would have made fast stays correct, only slower).
+    pebble runs this initializer in every worker it starts, a worker restarted later (past a
+    task's time limit, after a crash) included, so no worker takes work cold; ``warmed`` (a shared
+    counter) counts the workers that finished, which is how the server knows each one did."""
+    global _WORKER_TABLE, _WARMING
     os.nice(nice)
     if memory_mb:
         import resource
@@ -55,6 +63,21 @@ def worker_start(table: str | None, memory_mb: int, nice: int = NICE, rows: str 
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _WORKER_TABLE = mapped(open_table(table), rows)
+    if warm is not None:
+        _WARMING = True
+        try:
+            with contextlib.suppress(Exception):
+                _trimmed(warm)
+        finally:
+            _WARMING = False
+    if warmed is not None:
+        with warmed.get_lock():
+            warmed.value += 1
+
+
+def warming() -> bool:
+    """Whether this worker process is running its warm-up (no task of a client yet)."""
+    return _WARMING
 
 
 def worker_table() -> Table | None:
@@ -89,6 +112,7 @@ class Pool:
         self.table, self.memory_mb, self.nice, self.warm = table, memory_mb, nice, warm
         self.pool: Any = None
         self.started: list[Any] = []
+        self.warmed: Any = None  # workers that finished worker_start (their warm-up), restarted ones included
         self.admitted = {"answer": 0, "background": 0}
         self.cache = LRU(cache_size)
         self.inflight: dict[str, asyncio.Future[Any]] = {}
@@ -103,17 +127,25 @@ class Pool:
 
         for name, value in THREADS.items():  # read by numpy's libraries when a (spawned) worker imports them
             os.environ.setdefault(name, value)
+        context = multiprocessing.get_context("spawn")
+        self.warmed = context.Value("i", 0)
         self.pool = ProcessPool(self.workers, initializer=worker_start,
-                                initargs=(self.table, self.memory_mb, self.nice, None if rows is None else str(rows)),
-                                context=multiprocessing.get_context("spawn"))
-        # start the workers now, not on the first live query
+                                initargs=(self.table, self.memory_mb, self.nice, None if rows is None else str(rows),
+                                          self.warm, self.warmed),
+                                context=context)
+        # start the workers now, not on the first question (each warms up in its initializer first)
         self.started = [self.pool.schedule(_ready) for _ in range(self.workers)]
-        if self.warm is not None:  # then the engine's set-up, before the first question needs it (ready after)
-            self.started += [self.pool.schedule(_trimmed, args=(self.warm,)) for _ in range(self.workers)]
+
+    def warmed_total(self) -> int:
+        """Workers that finished their start and warm-up so far (a restarted one counts again)."""
+        return 0 if self.warmed is None else int(self.warmed.value)
 
     def ready(self) -> bool:
-        """Whether the workers have started (each answered a first task)."""
-        return self.pool is not None and all(f.done() for f in self.started)
+        """Whether every worker has started and finished its warm-up (``worker_start``): each worker
+        counts itself once warm, so a pool of N is ready at N, whichever worker took which task.
+        A worker restarted later warms up in its own initializer before it takes a task, while the
+        others serve: the pool stays ready."""
+        return self.pool is not None and self.warmed_total() >= self.workers
 
     def stop(self) -> None:
         if self.pool is not None:
