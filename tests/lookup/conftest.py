@@ -46,11 +46,13 @@ import os
 if os.environ.get("SHUFFLE_EPS_TEST_SLOW"):  # test servers only: every engine call made slow
     import functools, time
     import lookup.live as _live
+    import lookup.pool as _pool
     _pause = float(os.environ["SHUFFLE_EPS_TEST_SLOW"])
     def _slow(call):
         @functools.wraps(call)
         def wrapped(*args, **kwargs):
-            time.sleep(_pause)
+            if not _pool.warming():  # a worker's warm-up at start is not a client's task
+                time.sleep(_pause)
             return call(*args, **kwargs)
         return wrapped
     for _name in ("eps", "eps_upper", "certifies", "proves_above", "delta", "delta_upper", "eps0_max",
@@ -64,7 +66,8 @@ class HttpServer:
     Python run at the start of the server and of each worker (a sitecustomize module on PYTHONPATH,
     which runs in a venv too, unlike usercustomize), to inject faults."""
 
-    def __init__(self, table: Path, tmp: Path, *args: str, slow: float = 0.0, hook: str = "") -> None:
+    def __init__(self, table: Path, tmp: Path, *args: str, slow: float = 0.0, hook: str = "",
+                 ready: bool = True) -> None:
         import os
         import subprocess
         import time
@@ -87,6 +90,8 @@ class HttpServer:
             for line in self.log.read_text().splitlines():
                 if line.startswith("serving "):
                     self.base = "http://" + line.split()[1]
+            if self.base and not ready:  # listening: the caller watches it warm up
+                return
             if self.base:
                 try:
                     with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:
@@ -114,11 +119,12 @@ class HttpServer:
 
 @pytest.fixture(scope="module")
 def start_server(table_path: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """start_server(*cli_args, slow=seconds, hook=code) -> HttpServer, stopped at the end of the module."""
+    """start_server(*cli_args, slow=seconds, hook=code, ready=False) -> HttpServer, stopped at the end of the
+    module; returned once /healthz says ready (ready=False: once it listens)."""
     started: list[HttpServer] = []
 
-    def start(*args: str, slow: float = 0.0, hook: str = "") -> HttpServer:
-        server = HttpServer(table_path, tmp_path_factory.mktemp("serve"), *args, slow=slow, hook=hook)
+    def start(*args: str, slow: float = 0.0, hook: str = "", ready: bool = True) -> HttpServer:
+        server = HttpServer(table_path, tmp_path_factory.mktemp("serve"), *args, slow=slow, hook=hook, ready=ready)
         started.append(server)
         return server
 

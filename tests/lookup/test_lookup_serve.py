@@ -193,8 +193,8 @@ def test_openapi_describes_every_endpoint_and_its_parameters(base: str) -> None:
     status, body, _ = get(f"{base}/openapi.json")
     schema = json.loads(body)
     assert status == 200 and schema["openapi"].startswith("3.")
-    assert set(schema["paths"]) == {"/v1/eps", "/v1/delta", "/v1/eps0-max", "/v1/info", "/healthz", "/metrics",
-                                    "/openapi.json"}
+    assert set(schema["paths"]) == {"/v1/eps", "/v1/delta", "/v1/eps0-max", "/v1/info", "/healthz", "/readyz",
+                                    "/livez", "/metrics", "/openapi.json"}
     for path, numbers in (("/v1/eps", {"eps0", "n", "delta"}), ("/v1/delta", {"eps0", "n", "eps"}),
                           ("/v1/eps0-max", {"eps", "n", "delta"})):
         operation = schema["paths"][path]["get"]

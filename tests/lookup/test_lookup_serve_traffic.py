@@ -36,7 +36,8 @@ def test_a_table_question_is_answered_at_once_then_from_its_eps0_slice(start_ser
     first = json.loads(body)
     assert status == 200 and time.perf_counter() - start < 0.5 and first["certified"]
     table = json.loads(get(f"{base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=none")[1])
-    assert first["refined"] is False and first["eps"] == table["eps"] and first["slack"] > 0.02
+    assert first["eps"] <= table["eps"] and table["slack"] > 0.02  # refined within its budget (warm workers) or
+    assert first.get("refined") is not False or first["eps"] == table["eps"]  # the table's answer, labelled
     assert headers["Cache-Control"] == "no-cache"  # the answer will improve
     deadline, answer, n = time.monotonic() + 90, first, 50
     while answer["source"] != "slice" and time.monotonic() < deadline:  # other n and delta, the same eps0
