@@ -105,3 +105,48 @@ def test_the_server_process_warms_its_own_first_answers(table_path: Path) -> Non
     warmed = _warm_server(open_table(table_path), lambda mechanism, params, numbers: seen.append((mechanism, params)))
     assert warmed == 2
     assert seen == [("krr", {"k": 3}), ("generic", {})]
+
+
+SLOW_ROUNDS = '''
+import time
+import lookup.live as _live
+import lookup.pool as _pool
+_composed = _live.composed_eps
+def _slow_rounds(*args, **kwargs):  # test servers only: a client's composition of rounds takes 4 s
+    if not getattr(_pool, "warming", lambda: False)():
+        time.sleep(4)
+    return _composed(*args, **kwargs)
+_live.composed_eps = _slow_rounds
+'''
+
+
+def test_rounds_never_hold_the_last_refinement_worker(start_server: Any) -> None:
+    """Issue 57's k-RR k=1024 question stayed unrefined: two rounds questions held both refinement
+    workers, so its refinement waited past its budget (a queue, not a slow or refused refinement).
+    Two rounds questions made to take 4 s each: in-range questions asked once meanwhile are
+    refined (within their budget) while both are still running, and both rounds questions are
+    answered (one in a refinement worker, the other in the live pool)."""
+    import threading
+
+    base = start_server("--live-workers", "1", "--refine-workers", "2", hook=SLOW_ROUNDS).base
+    rounds = [f"{base}/v1/eps?mechanism=krr&k=3&eps0={e0}&n=60&delta=1e-5&rounds=2" for e0 in (1.1, 1.3)]
+    out: list[Any] = []
+    threads = [threading.Thread(target=lambda url=url: out.append(get(url))) for url in rounds]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # both compositions running
+    asked = 0
+    while all(t.is_alive() for t in threads):  # each question asked once (a second asking would start a slice)
+        query = f"{base}/v1/eps?mechanism=krr&k=3&eps0={1.37 + 0.0001 * asked:.4f}&n=57&delta=3.3e-6"
+        answer = json.loads(get(query)[1])
+        asked += 1
+        if answer.get("refined") is not False:
+            break
+        time.sleep(0.02)
+    refined_while_composing = all(t.is_alive() for t in threads)
+    for thread in threads:
+        thread.join(60)
+    assert refined_while_composing and answer["source"] == "certified estimate", (asked, answer)
+    table = json.loads(get(query + "&max_slack=none")[1])
+    assert answer["eps"] <= table["eps"] and table["slack"] > 0.02
+    assert [status for status, _, _ in out] == [200, 200]
