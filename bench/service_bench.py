@@ -47,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -68,18 +69,29 @@ Ask = tuple[str, dict[str, Any], dict[str, float]]  # an in-range eps question: 
 Question = tuple[str, str, Ask | None]  # kind, request target, the in-range eps question (else None)
 
 
+READY: dict[str, float] = {}  # seconds from the start of the server to "serving", and to /healthz 200
+
+
 def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """``lookup serve`` started, returned the moment ``/healthz`` says ready (200; 503 "starting"
+    while it warms up), as a load balancer or Kubernetes readiness probe would send traffic."""
+    began = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "lookup.cli", "serve", "--port", "0", "--no-access-log",
                                 *extra], stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if line.startswith("serving "):
             host, port = line.split()[1].rsplit(":", 1)
+            READY["serving"] = time.monotonic() - began
             threading.Thread(target=process.stderr.read, daemon=True).start()  # never let the pipe fill
-            for _ in range(600):  # its live workers started (as a readiness probe would wait)
-                with urllib.request.urlopen(f"http://{host}:{port}/healthz") as response:
-                    if json.loads(response.read()).get("workers_ready"):
-                        break
-                time.sleep(0.1)
+            for _ in range(6000):  # polled every 10 ms: the load starts at once
+                try:
+                    with urllib.request.urlopen(f"http://{host}:{port}/healthz") as response:
+                        if response.status == 200:
+                            break
+                except urllib.error.HTTPError as err:  # 503 "starting"
+                    err.close()
+                time.sleep(0.01)
+            READY["ready"] = time.monotonic() - began
             return process, f"{host}:{port}"
     raise RuntimeError("the server did not start")
 
@@ -258,6 +270,7 @@ async def client(address: str, until: float, pick: Callable[[], Question], rng: 
             out["status"][kind, "503 without Retry-After"] += 1
         if ask is not None:
             out["in_range"].append((seconds, status, target))
+            out["in_range_at"].append((start - out["began"], seconds))
             if status == 200:
                 out["answers"][kind].append((ask, json.loads(body), asking))
     conn.close()
@@ -377,7 +390,7 @@ def load(args: argparse.Namespace) -> list[str]:
     weights, mix = MIXES[args.mix]
     process, address = start_server(shlex.split(args.server_args))
     out: dict[str, Any] = {"status": Counter(), "times": defaultdict(list), "in_range": [], "asked": Counter(),
-                           "answers": {kind: [] for kind in weights}}
+                           "answers": {kind: [] for kind in weights}, "in_range_at": [], "began": time.perf_counter()}
     # seconds, the server's (RSS, PSS) MB, its descendants' (RSS, PSS) MB
     rss: list[tuple[float, tuple[float, float], list[tuple[float, float]]]] = []
 
@@ -386,6 +399,7 @@ def load(args: argparse.Namespace) -> list[str]:
         rss.append((seconds, (rss_mb(process.pid), pss_mb(process.pid)), [w for w in workers if not math.isnan(w[0])]))
 
     async def main() -> None:
+        out["began"] = time.perf_counter()  # the load starts the moment /healthz said ready
         start = time.monotonic()
         until = start + args.duration
         rngs = [random.Random(seed) for seed in range(args.clients)]
@@ -412,7 +426,15 @@ def load(args: argparse.Namespace) -> list[str]:
     for kind in weights:
         counts = ", ".join(f"{code}: {n}" for (k, code), n in sorted(out["status"].items(), key=str) if k == kind)
         lines.append(f"- {kind}: {counts or 'none'}; {percentiles(out['times'][kind])}")
+    lines.append(f"- started: serving after {READY['serving']:.1f} s, /healthz ready (200) after "
+                 f"{READY['ready']:.1f} s; the load began then")
     lines.append(f"- in-range latency: {percentiles([t for t, _, _ in out['in_range']])}")
+    windows = defaultdict(list)
+    for at, seconds in out["in_range_at"]:
+        windows[int(at // 10)].append(seconds)
+    lines.append("- in-range latency by 10-s window from the first request (p50 / p99 ms): " + ", ".join(
+        f"{10 * w}-{10 * w + 10} s {1000 * quantile(sorted(v), 0.5):.1f} / {1000 * quantile(sorted(v), 0.99):.1f}"
+        for w, v in sorted(windows.items())))
     slowest = sorted(out["in_range"])[-3:]
     lines.append("- slowest in-range: " + "; ".join(f"{1000 * t:.0f} ms {code} {url}" for t, code, url in slowest))
     lines += in_range_report(out["answers"], args.sample)
@@ -500,13 +522,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--probes", type=int, default=400, help="probe questions during the slow-client part")
     p.add_argument("--server-args", default="", help='more flags for lookup serve, e.g. "--live-workers 1"')
     p.add_argument("--quick", action="store_true", help="8 clients for 15 s, 20 sampled, 100 probes")
+    p.add_argument("--no-slow", action="store_true", help="the load part only (no slow-client part)")
     args = p.parse_args(argv)
     if args.quick:
         args.clients, args.duration, args.sample, args.probes = 8, 15.0, 20, 100
     if not args.load:
         p.error("say --load (the only part)")
     print("\n".join(load(args)), flush=True)
-    print("\n".join(slow(args)), flush=True)
+    if not args.no_slow:
+        print("\n".join(slow(args)), flush=True)
 
 
 if __name__ == "__main__":
