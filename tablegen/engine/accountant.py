@@ -27,7 +27,7 @@ import numpy as np
 
 from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
-from tablegen.engine import closed_form, spectral
+from tablegen.engine import binary, closed_form, spectral
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
 from tablegen.engine.lattice import (
@@ -488,7 +488,10 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
     far = FarEps0.of(mechanism, eps0, n, params)
     if far is not None:  # eps0 above the engine's range: the local guarantee alone
         return far.trivial_delta(validate.nonnegative_finite("eps", eps)) <= delta
-    return bool(delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta)
+    if delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta:
+        return True
+    q = Query(mechanism, eps0, n, params)
+    return binary.applies(q) and binary.certifies(q.n, q.eps0, float(eps), delta)[0]
 
 
 def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, delta: float,
@@ -506,7 +509,9 @@ def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     if far is not None:  # eps0 above the engine's range: the few-users bound alone
         return far.delta_lower(eps) > delta
     q = Query(mechanism, eps0, n, params)
-    return bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]), resolution)[0] > delta)
+    if bool(q.lower) and bool(q.delta_lower_spectral(np.array([eps]), resolution)[0] > delta):
+        return True
+    return binary.applies(q) and binary.proves_above(q.n, q.eps0, float(eps), delta)
 
 
 def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, lower: bool = True,
@@ -527,7 +532,8 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
     q = Query(mechanism, eps0, n, params)
     upper = _eps_upper(q, delta, rtol)
     low = None
-    if lower and q.lower:
+    exact = binary.applies(q)  # binary RR: the exact worst case, bracketed by the bounds below
+    if (lower or exact) and q.lower:
         # the few-users bound (closed_form.py, milliseconds) is near-exact where n e^-eps0 is small
         # (large eps0), where the lattice paths are weakest; the larger of the two lower bounds is
         # kept, and the search is skipped where the closed form is already within rtol
@@ -535,6 +541,10 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
         if low < upper * (1 - rtol):
             low = max(low, _eps_lower(q, delta, upper, rtol))
         low = min(low, upper)
+    if exact and low is not None:
+        tight = binary.eps_bounds(q.n, q.eps0, delta, (low, upper))
+        upper, low = tight.upper, tight.lower
+    low = low if lower else None
     note = q.delta0_note(delta)
     return Bounds(upper, low, {**q.far_n_detail(upper, delta), **({"note": note} if note else {})})
 

@@ -1,0 +1,85 @@
+"""Binary randomized response (k-RR, k = 2): the exact worst case certified (docs/soundness.md, "Binary
+randomized response"; tablegen/engine/binary.py).
+
+Parts (``python -m bench binary [--only PART ...] [--quick]``):
+
+* ``table``: at delta = 1e-8, eps0 1 / 2 / 4 and n 1e4 / 1e5 (and 1e7, 1e9 in a full run), the exact eps
+  (an independent oracle's, quoted in issue 54: log-space pmfs over every m, checked at 60 digits; "-" where
+  none), the blanket bound (engine before the exact path), ours certified now and our lower bound.
+* ``time``: whole-process ``tablegen compute --mechanism krr --k 2 ... --json`` at n = 1e4, 1e7 and 1e9
+  (targets: 2 s at n <= 1e7, 10 s at 1e9), eps0 1 and 4, delta 1e-8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+PARTS = ("table", "time")
+DELTA = 1e-8
+# (eps0, n) -> exact eps at delta 1e-8 from the issue's oracle
+EXACT = {(1.0, 10**4): 0.0470123, (2.0, 10**4): 0.112655, (4.0, 10**4): 0.404521, (1.0, 10**5): 0.0138795,
+         (2.0, 10**5): 0.0328278, (4.0, 10**5): 0.109727}
+
+
+def _blanket(eps0: float, n: int) -> float:
+    from tablegen.engine import accountant, binary
+
+    applies = binary.applies
+    binary.applies = lambda query: False  # the engine as it was: blanket upper bound, Theorem 5 lower bound
+    try:
+        return accountant.eps_bounds("krr", eps0=eps0, n=n, delta=DELTA, k=2).upper
+    finally:
+        binary.applies = applies
+
+
+def part_table(quick: bool) -> None:
+    from tablegen.engine import eps_bounds
+
+    ns = (10**4, 10**5) if quick else (10**4, 10**5, 10**7, 10**9)
+    print(f"## k-RR k = 2, delta = {DELTA:g}: exact, blanket (before), ours certified (now), our lower bound\n")
+    print("| eps0 | n | exact | blanket | blanket / exact | ours | ours / exact | lower | lower / exact | seconds |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+    for n in ns:
+        for eps0 in (1.0, 2.0, 4.0):
+            start = time.perf_counter()
+            b = eps_bounds("krr", eps0=eps0, n=n, delta=DELTA, k=2)
+            seconds = time.perf_counter() - start
+            blanket = _blanket(eps0, n)
+            exact = EXACT.get((eps0, n))
+            ratios = [f"{v / exact:.4f}" if exact else "-" for v in (blanket, b.upper, b.lower)]
+            print(f"| {eps0:g} | {n:.0e} | {exact or '-'} | {blanket:.6g} | {ratios[0]} | {b.upper:.6g} "
+                  f"| {ratios[1]} | {b.lower:.6g} | {ratios[2]} | {seconds:.2f} |")
+    print()
+
+
+def part_time(quick: bool) -> None:
+    print("## whole-process `tablegen compute --mechanism krr --k 2` (2-core machine)\n")
+    print("| n | eps0 | seconds | target | eps | eps_lower |\n|---|---|---|---|---|---|")
+    for n in ((10**4,) if quick else (10**4, 10**7, 10**9)):
+        for eps0 in (1.0, 4.0):
+            start = time.perf_counter()
+            out = subprocess.run([sys.executable, "-m", "tablegen.cli", "compute", "--mechanism", "krr", "--k", "2",
+                                  "--eps0", str(eps0), "--n", str(n), "--delta", str(DELTA), "--json"],
+                                 capture_output=True, text=True, check=True)
+            seconds = time.perf_counter() - start
+            answer = json.loads(out.stdout)
+            print(f"| {n:.0e} | {eps0:g} | {seconds:.2f} | <= {10 if n > 10**7 else 2} | {answer['eps']:.6g} "
+                  f"| {answer['eps_lower']:.6g} |")
+    print()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench binary", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--quick", action="store_true", help="small sizes only, printed")
+    args = parser.parse_args(argv)
+    for part in args.only:
+        {"table": part_table, "time": part_time}[part](args.quick)
+
+
+if __name__ == "__main__":
+    main()

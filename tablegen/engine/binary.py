@@ -1,0 +1,307 @@
+"""Binary randomized response (k-RR, k = 2) after shuffling: certified bounds on the exact worst case.
+
+The shuffled output is the count of ones.  With p = e^eps0 / (1 + e^eps0), q = 1 - p, g = e^eps and m of
+the other n - 1 users holding a one, the two neighbouring counts are S_m + Bern(q) and S_m + Bern(p) with
+S_m = Bin(n-1-m, q) + Bin(m, p), and
+
+    delta_m(eps) = (p - g q) H_g'(S_m || S_m + 1),   g' = 1 + (g - 1) / (p - g q),
+
+the exact delta being the maximum over m (the other direction at m is this one at n - 1 - m).  For m in
+[m1, m2] with m2 <= (n - 1) / 2, S_m - m is Y = Bin(n-1-2 m2+m1, q) + Bin(m1, p) - m1 plus independent
+noise, so one evaluation at Y bounds the whole interval (adding noise never increases a shift
+divergence).  Proofs, the floating-point analysis and the tail bounds: docs/soundness.md, "Binary
+randomized response".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.fft import irfft, next_fast_len, rfft
+
+U = 2.0**-53  # unit roundoff of float64
+WINDOW_SDS = 10.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-45)
+EXACT_MS = 4  # the m whose exact value gives the lower bound
+EXACT_COMB = 2000  # binomial coefficients computed as exact integers up to this many successes
+
+
+@dataclass(frozen=True)
+class BinaryBounds:
+    """(lower, upper) on the exact eps of shuffled binary RR, and the partition that certified upper."""
+
+    upper: float
+    lower: float
+    intervals: int
+
+
+def applies(query: object) -> bool:
+    """Whether a query is binary RR with the exact path: k-RR with k = 2 at an n the engine evaluates
+    itself (2 <= n <= limits.N_MAX)."""
+    return (query.mechanism.name == "krr" and query.params.get("k") == 2  # type: ignore[attr-defined]
+            and 2 <= query.n == query.n_engine)  # type: ignore[attr-defined]
+
+
+def _phi(u: float) -> float:
+    """(1 + u) log(1 + u) - u, by its alternating series for |u| < 0.05 (no cancellation)."""
+    if abs(u) >= 0.05:
+        return (1.0 + u) * math.log1p(u) - u
+    total, power = 0.0, u * u
+    for k in range(2, 20):
+        total += power / (k * (k - 1)) if k % 2 == 0 else -power / (k * (k - 1))
+        power *= u
+    return total
+
+
+def log_binom_pmf(count: int, t: int, eps0: float) -> tuple[float, float]:
+    """log P(Bin(count, q) = t), q = 1 / (1 + e^eps0), and a bound on its absolute error.
+
+    Where min(t, count - t) <= EXACT_COMB the binomial coefficient is the exact integer; elsewhere
+    Stirling with Robbins' remainder 1/(12k+1) < log k! - (k log k - k + log(2 pi k)/2) < 1/(12k) and the
+    deviance written as q count phi(u1) + p count phi(u2) (docs/soundness.md).  The error bound is
+    64 u (count + |terms|) for rounding plus the half-width of the Robbins interval.
+    """
+    log_p = -math.log1p(math.exp(-eps0))
+    log_q = -eps0 + log_p
+    if min(t, count - t) <= EXACT_COMB:
+        log_comb = math.log(math.comb(count, t))
+        terms = (log_comb, t * log_q, (count - t) * log_p)
+        return sum(terms), 64 * U * (count + 4 + sum(abs(v) for v in terms))
+    cq, cp = count / (1.0 + math.exp(eps0)), count / (1.0 + math.exp(-eps0))
+    dev = cq * _phi(t / cq - 1.0) + cp * _phi((count - t) / cp - 1.0)
+    half_log = 0.5 * math.log(count / (2 * math.pi * t * (count - t)))
+    r_lo = 1 / (12 * count + 1) - 1 / (12 * t) - 1 / (12 * (count - t))
+    r_hi = 1 / (12 * count) - 1 / (12 * t + 1) - 1 / (12 * (count - t) + 1)
+    err = 64 * U * (count + abs(dev) + abs(half_log) + 4) + (r_hi - r_lo) / 2
+    return -dev + half_log + (r_lo + r_hi) / 2, err
+
+
+def _window(count: int, prob: float) -> tuple[int, int, int]:
+    """[lo, hi] of a Bin(count, prob) window of WINDOW_SDS sds each side, and its anchor (the mean)."""
+    mean, sd = count * prob, math.sqrt(count * prob * (1 - prob))
+    lo = max(0, math.floor(mean - WINDOW_SDS * sd - 2))
+    hi = min(count, math.ceil(mean + WINDOW_SDS * sd + 2))
+    return lo, hi, min(max(round(mean), lo), hi)
+
+
+def _tilted_window(count: int, lo: int, hi: int, anchor: int, log_ratio: float) -> tuple[np.ndarray, float]:
+    """x(i) = P(i) e^(lam (i - anchor)) / P(anchor) on [lo, hi] for P = Bin(count, r) with e^log_ratio =
+    e^lam r / (1 - r), by products of the ratios x(i+1)/x(i) = (count - i)/(i + 1) e^log_ratio; and the
+    bound on every value's relative error (at most 8 roundings per step from the anchor)."""
+    step = math.exp(log_ratio)
+    up = np.arange(anchor, hi, dtype=float)
+    down = np.arange(anchor - 1, lo - 1, -1, dtype=float)
+    above = np.cumprod((count - up) / (up + 1) * step)
+    below = np.cumprod((down + 1) / (count - down) / step)
+    x = np.concatenate([below[::-1], [1.0], above])
+    return x, 8.0 * U * max(hi - anchor, anchor - lo) * 1.01
+
+
+def _chernoff_out(count: int, prob: float, lo: int, hi: int) -> float:
+    """A bound on P(Bin(count, prob) < lo) + P(Bin(count, prob) > hi), doubled for the rounding of prob."""
+    total = 0.0
+    for x, below in ((lo - 1, True), (hi + 1, False)):
+        if (below and x < 0) or (not below and x > count):
+            continue
+        f = x / count
+        if (below and f >= prob) or (not below and f <= prob):
+            return 1.0
+        kl = (f * math.log(f / prob) if f > 0 else 0.0) + ((1 - f) * math.log((1 - f) / (1 - prob)) if f < 1 else 0.0)
+        total += 2.0 * math.exp(-count * kl)
+    return total
+
+
+@dataclass(frozen=True)
+class _Tilted:
+    """The law of Y = Bin(a, q) + Bin(b, p) tilted by e^(lam t), relative to its anchor t0 = i0 + j0:
+
+    f(t) = exp(log_anchor +- anchor_err) e^(-lam (t - t0)) z(t), z(t) in [z_lo, z_hi] on t = start ...,
+    and at most ``out`` of tilted mass (relative) lies outside the two binomial windows.
+    """
+
+    z_lo: np.ndarray
+    z_hi: np.ndarray
+    top_is_end: bool
+    bottom_is_end: bool
+    start: int
+    t0: int
+    lam: float
+    log_anchor: float
+    anchor_err: float
+    out: float
+
+
+def _tilted_law(a: int, b: int, eps0: float, lam: float) -> _Tilted:
+    qa = 1.0 / (1.0 + math.exp(eps0 - lam))
+    pb = 1.0 / (1.0 + math.exp(-eps0 - lam))
+    ia, ib, i0 = _window(a, qa)
+    ja, jb, j0 = _window(b, pb)
+    x, eta_x = _tilted_window(a, ia, ib, i0, lam - eps0)
+    y, eta_y = _tilted_window(b, ja, jb, j0, lam + eps0)
+    la, ea = log_binom_pmf(a, i0, eps0)
+    lb, eb = log_binom_pmf(b, b - j0, eps0)
+    if len(y) == 1:
+        z, fft_err = x, 0.0
+    else:
+        size = next_fast_len(len(x) + len(y) - 1, real=True)
+        z = irfft(rfft(x, size) * rfft(y, size), size)[: len(x) + len(y) - 1]
+        gamma = 64 * U * math.ceil(math.log2(size))
+        norms = np.sum(x) * np.sqrt(np.sum(y * y)) + np.sqrt(np.sum(x * x)) * np.sum(y)
+        fft_err = (1 + gamma) * (3 * gamma + 4 * U + gamma * gamma * math.sqrt(size)) * float(norms) * (1 + 1e-6)
+    eta = (1 + eta_x) * (1 + eta_y) * (1 + 4 * U) - 1
+    mass_x, mass_y = float(np.sum(x)) * (1 + eta), float(np.sum(y)) * (1 + eta)
+    out_x, out_y = _chernoff_out(a, qa, ia, ib), _chernoff_out(b, pb, ja, jb)
+    total_x, total_y = mass_x / (1 - out_x), mass_y / (1 - out_y)  # the whole tilted masses, at most
+    out = total_x * out_x * total_y + total_x * total_y * out_y
+    return _Tilted(np.maximum(z - fft_err, 0.0) * (1 - eta), (z + fft_err) * (1 + eta) + 4 * U * np.abs(z),
+                   ib == a and jb == b, ia == 0 and ja == 0, ia + ja, i0 + j0, lam, la + lb, ea + eb, out * (1 + 1e-6))
+
+
+def _rising_sums(z_lo: np.ndarray, z_hi: np.ndarray, mu: float, base: float, out: float, g_lo: np.ndarray,
+                 g_hi: np.ndarray, closed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds on sum_k e^(base + mu k) (z(k) - g' e^-mu z(k-1))_+ for z in [z_lo, z_hi] (log-concave), plus
+    the mass ``out`` outside the windows (pointwise and in total): lower bounds at each g' of g_hi, upper
+    bounds at each g' of g_lo.
+
+    The upper sum stops at the first k with z(k+1) <= g' e^-mu z(k), past which a log-concave z has no
+    positive term, or at the last k where the support ends there (``closed``); it is inf where neither.
+    """
+    exponent = base + mu * np.arange(len(z_hi), dtype=float)
+    overflow = exponent > 700.0  # dropped from the lower sums; an upper sum that reaches one is inf
+    weight = np.exp(np.where(overflow, -np.inf, exponent)) * (1 + 2**-40)
+    prev_lo = np.concatenate([[0.0], z_lo[:-1]])
+    prev_hi = np.concatenate([[0.0], z_hi[:-1]]) + out
+    lowers, uppers = np.empty(len(g_hi)), np.empty(len(g_lo))
+    for idx, (ratio_lo, ratio_hi) in enumerate(zip(g_lo, g_hi, strict=True)):
+        down, up = ratio_lo * math.exp(-mu) * (1 - 16 * U), ratio_hi * math.exp(-mu) * (1 + 16 * U)
+        stop = np.flatnonzero((z_hi[1:] + out) <= down * z_lo[:-1])
+        stop = np.append(stop, len(z_hi) - 1) if closed else stop
+        if len(stop) == 0:
+            uppers[idx] = math.inf
+        else:
+            top = int(stop[0])
+            if overflow[: top + 1].any():
+                uppers[idx] = math.inf
+                continue
+            terms = np.maximum(z_hi[: top + 1] - down * prev_lo[: top + 1], 0.0) * weight[: top + 1]
+            uppers[idx] = (float(np.sum(terms)) + weight[top] * out) * (1 + 2**-30)
+        lowers[idx] = float(np.sum(np.maximum(z_lo - up * prev_hi, 0.0) * weight)) * (1 - 2**-30) / (1 + 2**-39)
+    return lowers, uppers
+
+
+def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.ndarray, direction: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds (at each g' of g_hi) and upper bounds (at each g' of g_lo) on H_g'(Y || Y + 1)
+    (direction +1) or H_g'(Y + 1 || Y) (direction -1) for Y = Bin(a, q) + Bin(b, p), g' >= 1.  The law
+    is tilted by e^(lam t), lam = -direction log g_lo[0], which centres it where the terms stop."""
+    lam = -direction * math.log(float(g_lo[0]))
+    law = _tilted_law(a, b, eps0, lam)
+    if direction == 1:  # terms f(t) - g' f(t-1), t = start + k, weight e^-lam (t - t0)
+        z_lo, z_hi, base, closed = law.z_lo, law.z_hi, -lam * (law.start - law.t0), law.top_is_end
+    else:  # terms f(s) - g' f(s+1) read from the top (W = -Y - 1 has the law of z reversed)
+        z_lo, z_hi = law.z_lo[::-1], law.z_hi[::-1]
+        base, closed = -lam * (law.start + len(law.z_lo) - 1 - law.t0), law.bottom_is_end
+    lo, hi = _rising_sums(z_lo, z_hi, abs(lam), base, law.out, g_lo, g_hi, closed)
+    scale_lo = math.exp(law.log_anchor - law.anchor_err) * (1 - 2**-30)
+    scale_hi = math.exp(law.log_anchor + law.anchor_err) * (1 + 2**-30)
+    return lo * scale_lo, hi * scale_hi
+
+
+def _prefactor(eps0: float, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p - g q) with its relative rounding pushed down / up, and g' = 1 + (g - 1)/(p - g q) in the
+    directions that keep each bound safe (H_g' is non-increasing in g')."""
+    q = 1.0 / (1.0 + math.exp(eps0))
+    c = q * np.exp(eps) * np.expm1(eps0 - eps)
+    c_lo, c_hi = c * (1 - 32 * U), c * (1 + 32 * U)
+    g_lo = 1.0 + np.expm1(eps) / c_hi * (1 - 8 * U)
+    g_hi = 1.0 + np.expm1(eps) / c_lo * (1 + 8 * U)
+    return c_lo, c_hi, np.stack([g_lo, g_hi])
+
+
+def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds on max over m in [m1, m2] (m2 <= (n-1)/2) and both directions of delta_m(eps).
+
+    The lower bound is the exact value's at m1 when m1 == m2 (else 0); the upper bound holds for the
+    whole interval (docs/soundness.md).  delta is 0 at eps >= eps0 (the likelihood ratio is at most
+    e^eps0)."""
+    eps = np.atleast_1d(np.asarray(eps, dtype=float))
+    lower, upper = np.zeros(len(eps)), np.zeros(len(eps))
+    inside = eps < eps0
+    if not inside.any():
+        return lower, upper
+    c_lo, c_hi, (g_lo, g_hi) = _prefactor(eps0, eps[inside])
+    a, b = n - 1 - 2 * m2 + m1, m1
+    for direction in (1, -1):
+        lo, hi = shift_divergences(a, b, eps0, g_lo, g_hi, direction)
+        lower[inside] = np.maximum(lower[inside], c_lo * lo if m1 == m2 else 0.0)
+        upper[inside] = np.maximum(upper[inside], c_hi * hi)
+    return lower, upper
+
+
+def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int]:
+    """Whether eps is certified at delta for every m and both directions, and the number of intervals
+    evaluated.  The intervals are walked from m = 0 up to (n - 1) // 2: a width doubles after an interval
+    whose bound leaves more than half of the margin that m = 0 leaves below delta, and halves after one
+    above delta (which is then retried)."""
+    top, m, width, count, grow = (n - 1) // 2, 0, 1, 0, delta
+    while m <= top:
+        m2 = min(top, m + width - 1)
+        _, upper = interval_delta(n, eps0, np.array([eps]), m, m2)
+        count += 1
+        if upper[0] > delta:
+            if m2 == m:
+                return False, count
+            width = max(1, width // 2)
+            continue
+        grow = (upper[0] + delta) / 2 if m == 0 else grow
+        m = m2 + 1
+        width = 2 * width if upper[0] <= grow else width
+    return True, count
+
+
+def proves_above(n: int, eps0: float, eps: float, delta: float) -> bool:
+    """Whether the exact eps is proved above eps: the exact delta at eps of one of the first EXACT_MS
+    values of m exceeds delta."""
+    return any(interval_delta(n, eps0, np.array([eps]), m, m)[0][0] > delta
+               for m in range(min(EXACT_MS, (n - 1) // 2 + 1)))
+
+
+def exact_lower(n: int, eps0: float, delta: float, bracket: tuple[float, float]) -> float:
+    """A lower bound on the exact eps: the largest eps of two nested grids in ``bracket`` at which the
+    exact delta of one of the first EXACT_MS values of m is proved above delta."""
+    lo, hi = bracket
+    for _ in range(2):
+        grid = np.geomspace(lo, hi, 33)
+        best = np.zeros(len(grid))
+        for m in range(min(EXACT_MS, (n - 1) // 2 + 1)):
+            lower, _ = interval_delta(n, eps0, grid, m, m)
+            best = np.maximum(best, lower)
+        above = np.flatnonzero(best > delta)
+        if len(above) == 0:
+            return 0.0 if lo == bracket[0] else lo
+        j = int(above[-1])
+        lo, hi = float(grid[j]), float(grid[min(j + 1, len(grid) - 1)])
+        if hi <= lo:
+            break
+    return lo
+
+
+def eps_bounds(n: int, eps0: float, delta: float, bracket: tuple[float, float],
+               steps: tuple[float, ...] = (0.005, 0.01, 0.03, 0.1)) -> BinaryBounds:
+    """Certified eps of shuffled binary RR within the first of ``steps`` (relative, above the exact
+    lower bound) that certifies, else the bracket's upper end (an already certified eps)."""
+    low_bracket, high_bracket = bracket
+    if high_bracket <= 0.0:
+        return BinaryBounds(high_bracket, low_bracket, 0)
+    lower = exact_lower(n, eps0, delta, (max(low_bracket * 0.999, high_bracket * 1e-4), high_bracket))
+    total = 0
+    for step in steps:
+        trial = lower * (1 + step)
+        if trial >= high_bracket:
+            break
+        ok, count = certifies(n, eps0, trial, delta)
+        total += count
+        if ok:
+            return BinaryBounds(trial, max(lower, low_bracket), total)
+    return BinaryBounds(high_bracket, max(lower, low_bracket), total)
