@@ -132,6 +132,16 @@ def _large_eps0(quick: bool) -> list[str]:
     return lines
 
 
+def _binary_section() -> list[str]:
+    """The k = 2 exact path beside the blanket bound: the measured table of ``python -m bench binary``."""
+    page = (common.ROOT / "docs" / "mechanisms.md").read_text()
+    start = page.find("## Binary randomized response")
+    if start < 0:
+        return []
+    end = page.find("\n## ", start + 1)
+    return ["", *page[start:end].rstrip("\n").split("\n")]
+
+
 def mechanisms(args: argparse.Namespace) -> list[str]:
     from tablegen.mechanisms import MECHANISMS
 
@@ -151,7 +161,7 @@ def mechanisms(args: argparse.Namespace) -> list[str]:
              "| row | cells | median | 90% | max |", "|---|---|---|---|---|"]
     for name, (count, median, q90, top) in _gaps(table, args.quick).items():
         lines.append(f"| {name} | {count} | {median:.2%} | {q90:.2%} | {top:.2%} |")
-    lines += _large_eps0(args.quick)
+    lines += _binary_section() + _large_eps0(args.quick)
     for name, m in MECHANISMS.items():
         lines += ["", f"## {name}", "", m.summary + ".", "", f"Reference: {m.reference}.", ""]
         if m.params:

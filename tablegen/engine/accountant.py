@@ -541,7 +541,7 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
         if low < upper * (1 - rtol):
             low = max(low, _eps_lower(q, delta, upper, rtol))
         low = min(low, upper)
-    if exact and low is not None:
+    if exact and low is not None and upper > q.eps0 * 1e-6:  # (below: the search floor, exact eps 0)
         tight = binary.eps_bounds(q.n, q.eps0, delta, (low, upper))
         upper, low = tight.upper, tight.lower
     low = low if lower else None
