@@ -329,7 +329,7 @@ def test_generic_approx_dp_adds_theorem_3_8_term():
     assert approx >= exact_delta(*clone_law(eps0, eps), n) + extra
 
 
-@pytest.mark.parametrize("k", [3, 4])
+@pytest.mark.parametrize("k", [3])
 def test_proves_above_only_what_the_exact_lower_pairs_confirm(k):
     """proves_above(eps, delta) claims the exact eps(delta) > eps, i.e. some lower-bound pair's
     exact delta at eps exceeds delta (enumeration): never at a delta just above the largest of
