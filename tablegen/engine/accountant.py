@@ -455,8 +455,12 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     if q.delta_is_zero(eps):
         return Bounds(0.0, 0.0 if q.lower else None)
     value = q.delta_upper(eps)
+    low = q.delta_lower(eps) if lower or binary.applies(q) else None
+    if binary.applies(q) and value > 0:  # binary RR: the exact worst case over datasets
+        value, exact_low = binary.delta_bounds(q.n, q.eps0, eps, value)
+        low = max(low or 0.0, exact_low)
     reported = max(value, DELTA_FLOOR) if value > 0 else value  # an exact 0 (e.g. eps near eps0) stays 0
-    return Bounds(reported, q.delta_lower(eps) if lower else None, q.far_n_detail(eps, value))
+    return Bounds(reported, low if lower else None, q.far_n_detail(eps, value))
 
 
 def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndarray | list[float],
@@ -488,10 +492,11 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
     far = FarEps0.of(mechanism, eps0, n, params)
     if far is not None:  # eps0 above the engine's range: the local guarantee alone
         return far.trivial_delta(validate.nonnegative_finite("eps", eps)) <= delta
-    if delta_bounds(mechanism, eps0=eps0, n=n, eps=eps, lower=False, **params).upper <= delta:
-        return True
     q = Query(mechanism, eps0, n, params)
-    return binary.applies(q) and binary.certifies(q.n, q.eps0, float(eps), delta)[0]
+    eps = validate.nonnegative_finite("eps", eps)
+    if q.delta_is_zero(eps) or q.delta_upper(eps) <= delta:
+        return True
+    return binary.applies(q) and binary.certifies(q.n, q.eps0, eps, delta)[0]
 
 
 def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, delta: float,

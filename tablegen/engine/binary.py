@@ -267,6 +267,21 @@ def proves_above(n: int, eps0: float, eps: float, delta: float) -> bool:
                for m in range(min(EXACT_MS, (n - 1) // 2 + 1)))
 
 
+def delta_bounds(n: int, eps0: float, eps: float, blanket: float,
+                 steps: tuple[float, ...] = (1.02, 1.1, 1.5)) -> tuple[float, float]:
+    """(certified delta, lower bound) at eps: the lower bound is the exact delta of the first EXACT_MS
+    values of m, proved from below; the certified delta the first of ``steps`` times it that every m
+    certifies, else ``blanket`` (an already certified delta)."""
+    lower = max(float(interval_delta(n, eps0, np.array([eps]), m, m)[0][0])
+                for m in range(min(EXACT_MS, (n - 1) // 2 + 1)))
+    for step in steps:
+        if lower <= 0.0 or lower * step >= blanket:
+            break
+        if certifies(n, eps0, eps, lower * step)[0]:
+            return lower * step, lower
+    return blanket, lower
+
+
 def exact_lower(n: int, eps0: float, delta: float, bracket: tuple[float, float]) -> float:
     """A lower bound on the exact eps: the largest eps of two nested grids in ``bracket`` at which the
     exact delta of one of the first EXACT_MS values of m is proved above delta."""

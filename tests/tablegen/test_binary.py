@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tablegen.engine import binary, certifies, eps_bounds, proves_above
+from tablegen.engine import binary, certifies, delta_bounds, eps_bounds, proves_above
 
 
 def _exact_per_m(n: int, beta: Fraction, g: Fraction) -> list[Fraction]:
@@ -162,3 +162,11 @@ def test_bounds_are_ordered_and_never_above_the_blanket(n: int, eps0: float, del
         blanket = eps_bounds("krr", eps0=eps0, n=n, delta=delta, k=2)
     assert 0.0 <= b.lower <= b.upper <= blanket.upper
     assert b.lower >= blanket.lower * (1 - 1e-12)
+
+
+@pytest.mark.parametrize(("n", "beta", "g"), CASES[1:])
+def test_delta_bounds_bracket_the_exact_worst_case(n: int, beta: int, g: Fraction) -> None:
+    exact = float(max(_exact_per_m(n, Fraction(beta), g)))
+    b = delta_bounds("krr", eps0=math.log(beta), n=n, eps=math.log(g), k=2)
+    assert b.lower <= exact * (1 + 1e-12) and b.upper >= exact * (1 - 1e-12)
+    assert b.upper <= exact * 1.03
