@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lookup.device import read_device
 from lookup.manifest import read_manifest
@@ -22,21 +23,35 @@ def table_digest(path: str | Path) -> str:
     return read_device(str(path), verified=False).header["sha256"]  # its signer vouches for it
 
 
-def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
-    """Write the Ed25519 signature of the digest of the table or device file at ``path``
-    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where.
-    A device file's signature signs ``lookup.device.signed_message``: its family and rows too."""
+def _private_key(key_file: str | Path) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"--sign-key {key_file}: not an Ed25519 private key (openssl genpkey -algorithm ed25519)")
+    return key
+
+
+def signature_text(key_file: str | Path, digest: str, message: bytes | None = None) -> str:
+    """The signature file's text: the public key of ``key_file`` and its signature of ``message``
+    (default: a store's, ``trust.SIGNED`` + ``digest``)."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = _private_key(key_file)
     public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    message = SIGNED + digest.encode() if message is None else message
+    return json.dumps({"public_key": public.hex(), "signature": key.sign(message).hex(), "digest": digest})
+
+
+def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> Path:
+    """Write the Ed25519 signature of the digest of the table or device file at ``path``
+    (``table_digest``, or ``digest``) by the private key in PEM file ``key_file``; returns where.
+    A device file's signature signs ``lookup.device.signed_message``: its family and rows too."""
+    _private_key(key_file)  # refused before the table is read
     device = None if Path(path).is_dir() else read_device(str(path), verified=False)  # its signer vouches for it
     digest = device.header["sha256"] if device else digest or table_digest(path)
-    message = device.signed_message() if device else SIGNED + digest.encode()
-    text = json.dumps({"public_key": public.hex(), "signature": key.sign(message).hex(), "digest": digest})
+    text = signature_text(key_file, digest, device.signed_message() if device else None)
     target = signature_path(path)
     atomic_write(target, text)
     return target
