@@ -12,7 +12,7 @@ from typing import Any
 
 from lookup.device import read_device
 from lookup.manifest import read_manifest
-from lookup.trust import SIGNED, atomic_write, listing_digest, signature_path
+from lookup.trust import SIGNED, atomic_write, listing_digest, signature_path, vouched_here
 
 
 def table_digest(path: str | Path) -> str:
@@ -51,6 +51,34 @@ def sign(path: str | Path, key_file: str | Path, digest: str | None = None) -> P
     _private_key(key_file)  # refused before the table is read
     device = None if Path(path).is_dir() else read_device(str(path), verified=False)  # its signer vouches for it
     digest = device.header["sha256"] if device else digest or table_digest(path)
+    text = signature_text(key_file, digest, device.signed_message() if device else None)
+    target = signature_path(path)
+    atomic_write(target, text)
+    return target
+
+
+class NotVouched(ValueError):
+    """A table or device file this machine does not vouch for, so not signed (``sign_vouched``)."""
+
+
+def sign_vouched(path: str | Path, key_file: str | Path) -> Path:
+    """``sign`` the table or device file at ``path`` only where this machine vouches for the digest
+    of the bytes read to sign it (``lookup.trust.vouched_here``: shipped, built here, or fully
+    verified here): a store's listing checked against its files in one pass
+    (``lookup.table.read_verified_listing``), a device file's SHA-256 checked against its payload.
+    A copy whose files and manifest were both rewritten is never signed with the operator's key
+    (issue 55); ``NotVouched`` says why and what to do."""
+    from lookup.table import read_verified_listing
+
+    _private_key(key_file)  # refused before the table is read
+    path = Path(path)
+    device = None if path.is_dir() else read_device(str(path), verified=False)  # its payload checked, not trusted
+    digest = device.header["sha256"] if device else listing_digest(read_verified_listing(path)[1])
+    how = "export it here (tablegen export) from a table this machine vouches for" if device else \
+        f"run `tablegen sign --full {path}` (or `tablegen verify --full {path}` first), or build it here"
+    if vouched_here(digest) is None:
+        raise NotVouched(f"{path} is not shipped, built or fully verified on this machine, so it is not signed "
+                         f"(its values may not be what its checksums say): {how}")
     text = signature_text(key_file, digest, device.signed_message() if device else None)
     target = signature_path(path)
     atomic_write(target, text)

@@ -481,13 +481,24 @@ def build(spec_path: str, out: str, scheduler: str | None, tls_ca_file: str | No
 @main.command()
 @click.argument("path", metavar="TABLE")
 @click.option("--key", "key_file", required=True, help="Ed25519 private key (PEM): openssl genpkey -algorithm ed25519")
-def sign(path: str, key_file: str) -> None:
-    """Sign a published table or a device file (readers trusting the key need no spot certification)."""
-    from lookup.signing import sign as sign_table
+@click.option("--full", is_flag=True, help="first recompute every slice (tablegen verify --full): a table that is "
+              "not shipped, built or fully verified here is signed only after this")
+def sign(path: str, key_file: str, full: bool) -> None:
+    """Sign a published table or a device file this machine vouches for (shipped, built or fully
+    verified here; --full verifies it first): readers trusting the key answer from it."""
+    from lookup.signing import NotVouched, sign_vouched
     from lookup.table import TableError
 
     try:
-        click.echo(f"signed: {sign_table(path, key_file)}")
+        if full and Path(path).is_dir():
+            from tablegen.verify import verify as check
+
+            problems = check(path, sample=0, full=True)
+            if problems:
+                raise ValueError(f"verify --full failed, not signed: {problems[0]}")
+        click.echo(f"signed: {sign_vouched(path, key_file)}")
+    except NotVouched as exc:
+        _fail(exc)
     except (OSError, TableError, ValueError) as exc:
         _fail(ValueError(f"cannot sign {path}: {exc}"))
     except ImportError:
