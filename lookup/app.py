@@ -101,7 +101,7 @@ class Settings:
     refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
     refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
     # address-space limit of each refinement and slice worker (0: none): a refinement worker's is about
-    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's files (lookup/shared.py);
+    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's sealed memfd (lookup/shared.py);
     # with one BLAS thread it bounds the worker's memory, and a task past it fails alone (a refinement:
     # the table's answer stands; a slice: not kept)
     refine_memory_mb: int = 1024
@@ -569,8 +569,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             for pool in pools.values():
                 pool.stop()
-            if rows is not None:
-                shared.remove(rows)
+            shared.remove(rows)
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 
