@@ -545,7 +545,11 @@ class PrivateFolder:
         except OSError as err:
             raise StoreError(f"{self.path}: the folder made to publish in was replaced at once ({err})") from None
         self._dirs[""] = self.fd
-        _check_private(self.fd, self.path, private=True)
+        try:
+            _check_private(self.fd, self.path, private=True)
+        except StoreError:
+            os.close(self.fd)  # not ours: left where it is
+            raise
         self.key = secrets.token_hex(16)
         _FOLDERS[self.key] = self
 
