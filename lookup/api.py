@@ -374,7 +374,8 @@ class _Queries:
                   f"delta {cover['delta'][0]:g}..{cover['delta'][1]:g}")
         target = " ".join([self.mechanism, *(f"{k}={number_text(v)}"
                                              for k, v in [*self.params.items(), *self.point(i).items()])])
-        raise TableError(f"the table cannot answer {target} and {why}. The table {cover['table']} covers: {detail}")
+        name = f"{cover['table']} (digest {cover['digest'][:16]})" if cover["digest"] else cover["table"]
+        raise TableError(f"the table cannot answer {target} and {why}. The table {name} covers: {detail}")
 
     def answer(self, value: np.ndarray, lower: np.ndarray, source: np.ndarray, grid: dict[str, np.ndarray],
                slack: np.ndarray, edge: np.ndarray) -> Answer:
@@ -506,7 +507,11 @@ def finite(value: Any) -> Any:
 
 
 def parse_number(name: str, text: str) -> float:
-    """A finite number from command-line or query-string text; ValueError naming ``name``."""
+    """A finite number from command-line or query-string text, in ASCII digits only (``float``
+    alone reads any Unicode decimal digit: ``1e-৪``, a Bengali four that looks like an eight, was
+    answered at 1e-4, issue 55); ValueError naming ``name``."""
+    if isinstance(text, str) and not text.isascii():
+        raise ValueError(f"{name} must be a number written in ASCII digits, got {name}={text!r}")
     try:
         value = float(text)
     except (TypeError, ValueError):

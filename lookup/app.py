@@ -63,6 +63,7 @@ ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's w
 MAX_URL = 2048
 CATEGORIES_MAX = 10**8  # k, g, domain: tablegen.limits.CATEGORIES_MAX (a test keeps them equal)
 ROUNDS_MAX = 10**6  # rounds: tablegen.compose.MAX_ROUNDS (a test keeps them equal)
+SAMPLE_RATE_MIN = 1e-12  # tablegen.validate.SAMPLE_RATE_MIN (checked here before a task is queued)
 COMPOSITION = ("rounds", "sample_rate")  # the parameters of /v1/eps alone: T rounds composed
 ENDPOINTS = {
     "/v1/eps": ("eps", ("eps0", "n", "delta")),
@@ -101,7 +102,7 @@ class Settings:
     refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
     refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
     # address-space limit of each refinement and slice worker (0: none): a refinement worker's is about
-    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's files (lookup/shared.py);
+    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's sealed memfd (lookup/shared.py);
     # with one BLAS thread it bounds the worker's memory, and a task past it fails alone (a refinement:
     # the table's answer stands; a slice: not kept)
     refine_memory_mb: int = 1024
@@ -514,6 +515,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         composition = _composition(raw, composable)
         if composition and not ready():  # engine work during the warm-up: "starting", not slow
             raise starting()
+        # the question as parsed here, in every answer: the page shows these numbers, never the text typed
+        asked = {"asked": finite({"mechanism": mechanism, **kwargs, **composition,
+                                  **({"live": allow_live} if "live" in raw else {}),
+                                  **({"max_slack": max_slack} if "max_slack" in raw else {})})}
         if composition:  # never in the event loop: the engine's composition in a worker (tens of ms)
             key = refiner.key(kind, mechanism, {**kwargs, **composition, "live": allow_live}, max_slack)
             task = (settings.live_timeout, _worker_composed, mechanism, kwargs, composition, allow_live, max_slack)
@@ -533,29 +538,29 @@ def create_app(settings: Settings | None = None) -> Starlette:
             else:
                 body = await live.result(key, "answer", *task)
             cache = TABLE_CACHE_CONTROL if body["source"] == "table" else "no-cache"
-            return respond(200, body, {"Cache-Control": cache}), _source(body)
+            return respond(200, {**body, **asked}, {"Cache-Control": cache}), _source(body)
         if lacking is not None:
             if not allow_live or not live_engine.available():
                 raise lacking
             sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" else None
             if sliced is not None:  # e.g. OLH with its default g between grid eps0: the slice at eps0
-                return improved(kind, sliced), "slice"
+                return improved(kind, {**sliced, **asked}), "slice"
             bound = _generic_bound(kind, mechanism, kwargs, table)
             if bound is not None:
                 body = await refiner.improve(kind, mechanism, kwargs, max_slack, bound)
-                return improved(kind, body), _source(body)
+                return improved(kind, {**body, **asked}), _source(body)
             if not ready():
                 raise starting()
             body = await live.result(refiner.key(kind, mechanism, kwargs, max_slack), "answer", settings.live_timeout,
                                      _worker_answer, kind, mechanism, kwargs, max_slack)
-            return respond(200, body, {"Cache-Control": "no-cache"}), _source(body)
+            return respond(200, {**body, **asked}, {"Cache-Control": "no-cache"}), _source(body)
         body = json_ready(kind, result)
         if allow_live and live_engine.available() and _loose(body, max_slack):
             body = await refiner.improve(kind, mechanism, kwargs, max_slack, body)
-            return improved(kind, body), _source(body)
+            return improved(kind, {**body, **asked}), _source(body)
         if kind == "eps":
             metrics.answered(body)
-        data = json.dumps(finite(body)).encode()
+        data = json.dumps(finite({**body, **asked})).encode()
         etag = f'"{hashlib.sha256(table_tag.encode() + data).hexdigest()[:32]}"'
         headers = {"ETag": etag, "Cache-Control": TABLE_CACHE_CONTROL}
         if etag in _etags(request.headers.get("if-none-match")):
@@ -641,8 +646,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             for pool in pools.values():
                 pool.stop()
-            if rows is not None:
-                shared.remove(rows)
+            shared.remove(rows)
 
     from lookup.page import routes as page_routes  # GET / for people and its two assets (lookup/page.py)
 
@@ -679,7 +683,7 @@ COMPOSED = {  # /v1/eps only (sample_rate without rounds: a 400)
     "rounds": ("T identical rounds composed (needs the compose extra on the server)",
                {"type": "integer", "minimum": 1, "maximum": ROUNDS_MAX}),
     "sample_rate": ("with rounds: probability that each user takes part in a round (live; default 1)",
-                    {"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+                    {"type": "number", "minimum": SAMPLE_RATE_MIN, "maximum": 1}),
 }
 NULLABLE = {"type": ["number", "null"]}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
@@ -724,6 +728,8 @@ def openapi() -> dict[str, Any]:
             "source": {"type": "string", "enum": ["table", "slice", "certified estimate", "live"]},
             "corner": {"type": "object", "additionalProperties": NULLABLE}, "slack": NULLABLE,
             "edge": {"type": "boolean"}, "refined": {"type": "boolean"},
+            "asked": {"type": "object", "description": "the question as the server parsed it (mechanism, its "
+                      "parameters and the numbers): what was answered"},
             "via": {"type": "string", "enum": ["generic"]},
             **({"rounds": {"type": "integer"}, "sample_rate": {"type": "number"}} if kind == "eps" else {})}}
         responses = {"200": json_body(answer, "certified answer (JSON as `lookup ... --json`; \"refined\": false: "
@@ -802,8 +808,10 @@ def _composition(raw: dict[str, str], composable: bool) -> dict[str, Any]:
     composition: dict[str, Any] = {"rounds": int(rounds)}
     if "sample_rate" in raw:
         rate = parse_number("sample_rate", raw["sample_rate"])
-        if not 0 < rate <= 1:
-            raise ValueError(f"sample_rate must lie in (0, 1], got sample_rate={raw['sample_rate']!r}")
+        if not SAMPLE_RATE_MIN <= rate <= 1:
+            raise ValueError(f"sample_rate must lie in [{SAMPLE_RATE_MIN:g}, 1], got sample_rate="
+                             f"{raw['sample_rate']!r} (a smaller rate is answered safely at {SAMPLE_RATE_MIN:g}: eps "
+                             "does not decrease with the rate)")
         composition["sample_rate"] = rate
     if not composable:
         raise ValueError("rounds needs the engine and dp-accounting on the server: pip install 'shuffle-eps[compose]'")

@@ -27,9 +27,11 @@ from lookup.api import (
 )
 from lookup.extras import CommandGroup
 from lookup.output import emit
-from lookup.params import HELP, click_options, parse_params, query_arguments
+from lookup.params import HELP, ascii_number_type, click_options, parse_params, query_arguments
 from lookup.table import TableError
 from lookup.trust import ENV_KEYS, trusted_key_files, trusted_keys
+
+ASCII_FLOAT, ASCII_INT = ascii_number_type(float), ascii_number_type(int)  # numbers in ASCII digits only
 
 
 def query_options(func: Any) -> Any:
@@ -67,7 +69,7 @@ def main() -> None:
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs 'shuffle-eps[compose]')")
 @click.option("--sample-rate", type=str, default=None,
-              help="with --rounds: probability in (0, 1] that each user takes part in a round (live; default 1)")
+              help="with --rounds: probability in [1e-12, 1] that each user takes part in a round (live; default 1)")
 def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
         delta: str, rounds: str | None, sample_rate: str | None, **raw: Any) -> None:
     """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given."""
@@ -143,37 +145,38 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
-@click.option("--port", type=int, default=8080, show_default=True, help="port (0: any free port, one worker)")
+@click.option("--port", type=ASCII_INT, default=8080, show_default=True, help="port (0: any free port, one worker)")
 @click.option("--table", default=None, help="table store (default: the shipped table)")
-@click.option("--workers", type=int, default=1, show_default=True, help="server processes (each with its own pool)")
-@click.option("--live-workers", type=int, default=None,
+@click.option("--workers", type=ASCII_INT, default=1, show_default=True,
+              help="server processes (each with its own pool)")
+@click.option("--live-workers", type=ASCII_INT, default=None,
               help="worker processes for live work and rounds [default: cores - 1, at least 1]")
-@click.option("--refine-workers", type=int, default=2, show_default=True,
+@click.option("--refine-workers", type=ASCII_INT, default=2, show_default=True,
               help="worker processes reserved for refinements (a few ms each; never live work)")
-@click.option("--refine-memory-mb", type=int, default=1024, show_default=True,
+@click.option("--refine-memory-mb", type=ASCII_INT, default=1024, show_default=True,
               help="address-space limit of each refinement and slice worker, MiB (0: none)")
-@click.option("--slice-workers", type=int, default=1, show_default=True,
+@click.option("--slice-workers", type=ASCII_INT, default=1, show_default=True,
               help="worker processes computing eps0 slices (lowest priority)")
-@click.option("--queue", type=int, default=8, show_default=True,
+@click.option("--queue", type=ASCII_INT, default=8, show_default=True,
               help="live tasks admitted at once, running or waiting (more: 503 with Retry-After)")
-@click.option("--live-timeout", type=float, default=30.0, show_default=True,
+@click.option("--live-timeout", type=ASCII_FLOAT, default=30.0, show_default=True,
               help="seconds a live task may run (more: 503, its workers replaced)")
-@click.option("--memory-mb", type=int, default=4096, show_default=True,
+@click.option("--memory-mb", type=ASCII_INT, default=4096, show_default=True,
               help="address-space limit of each live worker, MiB (0: none)")
-@click.option("--cache-size", type=int, default=4096, show_default=True, help="live answers kept (LRU)")
-@click.option("--retry-after", type=int, default=5, show_default=True, help="Retry-After of a 503, seconds")
-@click.option("--limit-concurrency", type=int, default=4096, show_default=True,
+@click.option("--cache-size", type=ASCII_INT, default=4096, show_default=True, help="live answers kept (LRU)")
+@click.option("--retry-after", type=ASCII_INT, default=5, show_default=True, help="Retry-After of a 503, seconds")
+@click.option("--limit-concurrency", type=ASCII_INT, default=4096, show_default=True,
               help="connections open at once per server process (more: JSON 503 with Retry-After)")
-@click.option("--timeout-keep-alive", type=float, default=75.0, show_default=True,
+@click.option("--timeout-keep-alive", type=ASCII_FLOAT, default=75.0, show_default=True,
               help="seconds an idle keep-alive connection stays open (above the load balancer's idle timeout)")
-@click.option("--max-header-bytes", type=int, default=16384, show_default=True,
+@click.option("--max-header-bytes", type=ASCII_INT, default=16384, show_default=True,
               help="largest request line plus headers (h11_max_incomplete_event_size)")
-@click.option("--backlog", type=int, default=2048, show_default=True, help="connections waiting to be accepted")
-@click.option("--graceful-timeout", type=float, default=30.0, show_default=True,
+@click.option("--backlog", type=ASCII_INT, default=2048, show_default=True, help="connections waiting to be accepted")
+@click.option("--graceful-timeout", type=ASCII_FLOAT, default=30.0, show_default=True,
               help="seconds SIGTERM waits for requests in flight")
-@click.option("--header-timeout", type=float, default=5.0, show_default=True,
+@click.option("--header-timeout", type=ASCII_FLOAT, default=5.0, show_default=True,
               help="seconds a request's line and headers may take to arrive (then the connection is closed)")
-@click.option("--refine-budget", type=float, default=0.03, show_default=True,
+@click.option("--refine-budget", type=ASCII_FLOAT, default=0.03, show_default=True,
               help='seconds a table answer waits for its refinement (then answered with "refined": false)')
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
 def serve(host: str, port: int, table: str | None, workers: int, live_workers: int | None, refine_workers: int,
@@ -217,10 +220,10 @@ def serve(host: str, port: int, table: str | None, workers: int, live_workers: i
 @click.option("--mechanisms", default="krr k=10,generic", show_default=True,
               help="rows 'family [param=value ...]' separated by ';' (or ',' if no value has commas); "
                    "the first one for single-row kinds")
-@click.option("--eps0", type=float, default=None, help="eps-vs-n, privacy-curve")
-@click.option("--n", type=float, default=None, help="eps-vs-eps0, privacy-curve")
-@click.option("--delta", type=float, default=None, help="eps-vs-n, eps-vs-eps0, eps0-max, slack")
-@click.option("--eps", "eps_", type=float, default=None, help="eps0-max: target eps")
+@click.option("--eps0", type=ASCII_FLOAT, default=None, help="eps-vs-n, privacy-curve")
+@click.option("--n", type=ASCII_FLOAT, default=None, help="eps-vs-eps0, privacy-curve")
+@click.option("--delta", type=ASCII_FLOAT, default=None, help="eps-vs-n, eps-vs-eps0, eps0-max, slack")
+@click.option("--eps", "eps_", type=ASCII_FLOAT, default=None, help="eps0-max: target eps")
 @click.option("--table", default=None, help="table store (default: the shipped table)")
 @click.option("--out", required=True, help="image to write (.png or .svg)")
 def plot(kind: str, mechanisms: str, eps0: float | None, n: float | None, delta: float | None, eps_: float | None,

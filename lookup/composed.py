@@ -38,7 +38,7 @@ def eps(mechanism: str, table: Table, params: dict[str, Any], point: dict[str, f
     from tablegen import validate
     from tablegen.compose import checked_rounds
 
-    rate = validate.rate("sample_rate", point.get("sample_rate", 1.0))
+    rate = validate.sample_rate("sample_rate", point.get("sample_rate", 1.0))
     point = {**point, "rounds": checked_rounds(point["rounds"])}
     point.pop("sample_rate", None)
     if rate < 1:  # a subsampled round: live only, its rate part of the point (and of the cache key)

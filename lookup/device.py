@@ -246,6 +246,10 @@ def _check_header(path: str, header: dict[str, Any]) -> None:
     if not all(isinstance(r, dict) for r in header["rows"]) or not all(
             isinstance(v, bool) for v in header["eps0_monotone"]):
         raise DeviceFileError(f"{path}: refused, header keys 'rows' / 'eps0_monotone' malformed")
+    rows = [canonical(r) for r in header["rows"]]
+    if len(set(rows)) != len(rows):  # answered from the first copy here and the last by open_table: refused
+        twice = next(r for r in rows if rows.count(r) > 1)
+        raise DeviceFileError(f"{path}: refused, header key 'rows' names the same parameters twice ({twice})")
     low = {"eps0": 0.0, "n": 1.0, "delta": 0.0}
     for key, lowest in low.items():
         axis = header[key]

@@ -61,3 +61,21 @@ def click_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for name in reversed(HELP):
         func = click.option(f"--{name}", type=str, default=None, help=HELP[name])(func)
     return func
+
+
+def ascii_number_type(kind: type) -> Any:
+    """A click parameter type reading ``kind`` (float or int) from ASCII text only (click's own
+    FLOAT and INT call ``float`` and ``int``, which read any Unicode decimal digit: issue 55)."""
+    import click
+
+    base = click.FLOAT if kind is float else click.INT
+
+    class AsciiNumber(click.ParamType):
+        name = base.name
+
+        def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str) and not value.isascii():
+                self.fail(f"{value!r} is not a number written in ASCII digits", param, ctx)
+            return base.convert(value, param, ctx)
+
+    return AsciiNumber()

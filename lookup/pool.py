@@ -24,7 +24,6 @@ import collections
 import contextlib
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from lookup.lru import LRU
@@ -47,8 +46,9 @@ def worker_start(table: str | None, memory_mb: int, nice: int = NICE, rows: str 
                  warm: Callable[[], Any] | None = None, warmed: Any = None) -> None:
     """A worker process: a lower CPU priority than the server's event loop (``nice``: table
     answers and refusals never wait behind an engine computation for the CPU), an address-space
-    limit, the table opened once, its rows read-only maps of the server's files in ``rows``
-    where that directory was written for this table (``lookup.shared.mapped``; else decoded here).
+    limit, the table opened once, its rows read-only maps of the server's sealed memory file that
+    ``rows`` describes (``lookup.shared.Rows.handle``) where it was written for this table and is
+    sealed (``lookup.shared.mapped``; else decoded here).
     Then, before the worker takes its first task, its warm-up ``warm()`` (the table's rows mapped,
     the engine imported, a first certification per row: ``lookup.app._worker_warm``); a failing
     warm-up is no failing worker (the work it would have made fast stays correct, only slower).
@@ -118,9 +118,9 @@ class Pool:
         self.inflight: dict[str, asyncio.Future[Any]] = {}
         self.counts: collections.Counter[str] = collections.Counter()  # timeouts, deaths
 
-    def start(self, rows: str | Path | None = None) -> None:
-        """The workers started, their table's rows mapped from ``rows`` (``lookup.shared.publish``;
-        None: each decodes its own)."""
+    def start(self, rows: Any = None) -> None:
+        """The workers started, their table's rows mapped from ``rows`` (``lookup.shared.publish``,
+        a ``Rows``; None: each decodes its own)."""
         import multiprocessing
 
         from pebble import ProcessPool
@@ -130,7 +130,7 @@ class Pool:
         context = multiprocessing.get_context("spawn")
         self.warmed = context.Value("i", 0)
         self.pool = ProcessPool(self.workers, initializer=worker_start,
-                                initargs=(self.table, self.memory_mb, self.nice, None if rows is None else str(rows),
+                                initargs=(self.table, self.memory_mb, self.nice, None if rows is None else rows.handle,
                                           self.warm, self.warmed),
                                 context=context)
         # start the workers now, not on the first question (each warms up in its initializer first)

@@ -6,186 +6,177 @@ for the shipped table, 21 rows, both surfaces: 235 MB), so a refinement worker, 
 row as it warms up, held a private copy of the whole table (about 280 of its 364 MB at rest).
 
 Here the server, once it has read and checked every row (``lookup.app._warm``), writes each row's
-two surfaces as ``.npy`` files into a private directory (``publish``: ``tempfile.mkdtemp``, mode
-0700, named after the server's pid, in ``/dev/shm`` where it is writable and has room, else the
-default temporary directory; each file created exclusively, never through a link, and read-only;
-``rows.json``, written last, names the table's digest and shape) and answers from read-only maps of
-those files itself, its decoded rows freed.  Each worker, given the directory by its pool
-(``lookup.pool.worker_start``), answers from a copy of its own opened table whose rows are the same
-files mapped read-only (``mapped``; ``np.load(..., mmap_mode="r")``: nothing can write into the
-shared pages), each mapped when first used, after checking that the directory is private to this
-user and that ``rows.json`` names its own table's digest and shape; otherwise (another table, no
-directory, a file that does not read back as that row's shape) it decodes its rows itself, as
-before: never an answer from another table's rows.  The values are the server's rows byte for byte
-(float64 written and read back as stored), so every answer is the same.
+two surfaces into one anonymous memory file (``publish``: ``os.memfd_create``, found by no path)
+and **seals** it (``F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``): from then on no
+process, the server's own account included, can write, truncate or grow it, nor remove the seals
+(issue 55: the row files of ``/dev/shm``, mode 0400, were rewritten by ``chmod 600`` and an edit,
+and every process answered the new values, certified).  The server then compares the sealed
+bytes with the rows it checked, answers from a read-only map of them itself (its decoded rows
+freed), and keeps the descriptor open.  Each worker (``lookup.pool.worker_start``, started by
+``spawn``: it inherits no descriptor) is given ``Rows.handle``: the server's pid and descriptor
+number, the file's device, inode and size, the table's digest and shape.  It opens
+``/proc/<server pid>/fd/<n>`` read-only (``mapped``), and maps it only if it is that very file
+(device, inode, size), sealed with all four seals, and written for its own table's digest and
+shape; otherwise (no memfd or seals on this system, another table, anything else) it decodes its
+rows itself, as before: never an answer from another table's rows or from writable pages.  The
+values are the server's rows byte for byte (float64), so every answer is the same.
 
-The directory is removed when the application stops (``remove``) and, at the next start, if its
-server died without removing it (``remove_stale``: the pid in its name no longer runs).
+Where the system has no sealed memfd (not Linux 3.17+), ``publish`` returns None: the server and
+each worker decode their own rows (more memory, the same answers).  ``remove`` closes the server's
+descriptor when the application stops (maps stay valid until their processes drop them); the
+memory is the kernel's to free when the last process closes or unmaps it, so nothing is left
+behind by a server that dies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
+import mmap
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from lookup.table import Surface, Table
 
-PREFIX = "shuffle-eps-rows-"  # then the server's pid, a dash and mkdtemp's random part
-RECORD = "rows.json"  # written last: the table's digest and shape
-SHM = Path("/dev/shm")
-ROOM = 64 * 2**20  # bytes a place must keep free beyond the rows (a tmpfs that fills up fails the whole machine)
+NAME = "shuffle-eps-rows"  # the memfd's name (shown in /proc/PID/maps as /memfd:NAME)
 SURFACES = ("upper", "lower")
+SEALS = ("F_SEAL_WRITE", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
 
 
-def places() -> list[Path]:
-    """Where the directory may go: ``/dev/shm`` (memory the kernel shares between the processes
-    that map a file) where it exists and is writable, then the default temporary directory."""
-    shm = [SHM] if SHM.is_dir() and os.access(SHM, os.W_OK | os.X_OK) else []
-    return [*shm, Path(tempfile.gettempdir())]
+@dataclass
+class Rows:
+    """The server's sealed memory file of a table's rows (``publish``)."""
+
+    fd: int
+    handle: str  # what a worker is given (``mapped``): JSON of pid, fd, dev, ino, size, digest, shape
+    view: mmap.mmap  # the server's own read-only map
 
 
-def publish(table: Table) -> Path | None:
-    """The directory holding ``table``'s rows (every row built now, if not yet), the table's own
-    surfaces then read from it (read-only maps; its decoded rows freed); None, and the table
-    unchanged, where no place has room or the table has no digest to name it by."""
-    remove_stale()
-    if not table.digest:
+def sealing() -> int | None:
+    """The four seals' mask where this system can seal a memfd, else None."""
+    if not hasattr(os, "memfd_create") or not all(hasattr(fcntl, name) for name in (*SEALS, "F_ADD_SEALS",
+                                                                                      "F_GET_SEALS")):
         return None
-    need = 2 * table.upper.shape[0] * _row_bytes(table) + ROOM
-    for place in places():
-        if _free(place) < need:
-            continue
-        directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=place))  # mode 0700
-        try:
-            _write(table, directory)
-            surfaces = _surfaces(table, _load_all(table, directory))
-        except OSError:  # no room after all (another process filled the place): the next place
-            remove(directory)
-            continue
-        except BaseException:
-            remove(directory)
-            raise
-        table.upper, table.lower = surfaces
-        release_freed()
-        return directory
-    return None
+    return functools.reduce(lambda mask, name: mask | getattr(fcntl, name), SEALS, 0)
 
 
-def mapped(table: Table, directory: str | Path | None) -> Table:
-    """A copy of ``table`` whose rows are read-only maps of the files in ``directory`` (each
-    mapped when first used; a row whose file does not read back as its shape is decoded from
-    ``table``); ``table`` itself where ``directory`` is None, not private to this user, or not
-    written for this table (its digest and shape)."""
-    if directory is None or not _written_for(table, Path(directory)):
+def publish(table: Table) -> Rows | None:
+    """``table``'s rows (every row built now, if not yet) in a sealed memfd, the table's own
+    surfaces then read from it (read-only maps; its decoded rows freed); None, and the table
+    unchanged, where the system cannot seal one, there is no room, or the table has no digest."""
+    seals = sealing()
+    if seals is None or not table.digest:
+        return None
+    shape, row_bytes = tuple(table.upper.shape), _row_bytes(table)
+    size = len(SURFACES) * shape[0] * row_bytes
+    fd = os.memfd_create(NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        for r in range(shape[0]):
+            for s, name in enumerate(SURFACES):
+                _write_all(fd, np.ascontiguousarray(getattr(table, name)[r], dtype="<f8").tobytes(),
+                           _offset(r, s, row_bytes))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        view = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) if size else None
+        if view is None or not _sealed(fd, seals):
+            raise OSError("the rows could not be sealed")
+        rows = _rows_of(view, shape, row_bytes)
+        for (name, r), row in rows.items():  # sealed now: what every process reads is what was checked
+            if row.tobytes() != np.ascontiguousarray(getattr(table, name)[r], dtype="<f8").tobytes():
+                raise OSError(f"row {r} of {name} changed before it was sealed")
+    except OSError:  # no room, no sealing, or changed before sealing: each process decodes its own rows
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    info = os.fstat(fd)
+    handle = json.dumps({"pid": os.getpid(), "fd": fd, "dev": info.st_dev, "ino": info.st_ino, "size": size,
+                         "digest": table.digest, "shape": list(shape), "dtype": "<f8"})
+    table.upper, table.lower = _surfaces(table, lambda name, r: rows[name, r])
+    release_freed()
+    return Rows(fd, handle, view)
+
+
+def mapped(table: Table, handle: str | None) -> Table:
+    """A copy of ``table`` whose rows are read-only maps of the server's sealed memfd described by
+    ``handle`` (``Rows.handle``); ``table`` itself where ``handle`` is None, or the file is not the
+    one described, not sealed with all four seals, or not written for this table (digest, shape)."""
+    view = _open_sealed(table, handle)
+    if view is None:
         return table
-    directory = Path(directory)
-    fallback = {name: getattr(table, name).__getitem__ for name in SURFACES}
-
-    def load(name: str, r: int) -> np.ndarray:
-        try:
-            return _load(directory, name, r, table.upper.shape[1:])
-        except (OSError, ValueError):
-            return fallback[name](r)
-
-    return replace(table, **dict(zip(SURFACES, _surfaces(table, load), strict=True)))
+    rows = _rows_of(view, tuple(table.upper.shape), _row_bytes(table))
+    return replace(table, **dict(zip(SURFACES, _surfaces(table, lambda name, r: rows[name, r]), strict=True)))
 
 
-def remove(directory: str | Path) -> None:
-    """``directory`` and its files gone (maps of them stay valid until their processes drop them)."""
-    shutil.rmtree(directory, ignore_errors=True)
+def remove(rows: Rows | None) -> None:
+    """The server's descriptor closed (maps of the file stay valid until their processes drop them)."""
+    if rows is not None:
+        with contextlib.suppress(OSError):
+            os.close(rows.fd)
 
 
-def remove_stale() -> list[Path]:
-    """The directories of this user's servers that died without removing theirs, removed."""
-    removed = []
-    for place in places():
-        for entry in place.glob(f"{PREFIX}*"):
-            pid = entry.name[len(PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and _private(entry) and not _running(int(pid)):
-                remove(entry)
-                removed.append(entry)
-    return removed
+def _open_sealed(table: Table, handle: str | None) -> mmap.mmap | None:
+    seals = sealing()
+    if handle is None or seals is None or not table.digest:
+        return None
+    try:
+        record: Any = json.loads(handle)
+        size = len(SURFACES) * table.upper.shape[0] * _row_bytes(table)
+        if not (isinstance(record, dict) and record.get("digest") == table.digest and record.get("dtype") == "<f8"
+                and record.get("shape") == list(table.upper.shape) and record.get("size") == size and size):
+            return None
+        fd = os.open(f"/proc/{int(record['pid'])}/fd/{int(record['fd'])}", os.O_RDONLY | os.O_CLOEXEC)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if ((info.st_dev, info.st_ino, info.st_size) != (record["dev"], record["ino"], size)
+                or not stat.S_ISREG(info.st_mode) or not _sealed(fd, seals)):
+            return None
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _sealed(fd: int, seals: int) -> bool:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & seals == seals
+    except OSError:
+        return False
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _offset(r: int, s: int, row_bytes: int) -> int:
+    return (len(SURFACES) * r + s) * row_bytes
+
+
+def _rows_of(view: mmap.mmap, shape: tuple[int, ...], row_bytes: int) -> dict[tuple[str, int], np.ndarray]:
+    """Each row of each surface: a read-only float64 array of ``shape[1:]`` over ``view``."""
+    count = row_bytes // 8
+    return {(name, r): np.frombuffer(view, dtype="<f8", count=count, offset=_offset(r, s, row_bytes))
+            .reshape(shape[1:]) for r in range(shape[0]) for s, name in enumerate(SURFACES)}
 
 
 def _surfaces(table: Table, load: Callable[[str, int], np.ndarray]) -> tuple[Surface, Surface]:
     """``table``'s two surfaces, row r of each read by ``load(surface name, r)``."""
     upper, lower = (Surface(table.upper.shape, functools.partial(load, name)) for name in SURFACES)
     return upper, lower
-
-
-def _write(table: Table, directory: Path) -> None:
-    """Each row's surfaces as ``<surface>-<row>.npy`` (exclusive, read-only), then ``RECORD``."""
-    from lookup.trust import atomic_write
-
-    for r in range(table.upper.shape[0]):
-        for name in SURFACES:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-            with os.fdopen(os.open(directory / f"{name}-{r}.npy", flags, 0o400), "wb") as handle:
-                np.save(handle, np.ascontiguousarray(getattr(table, name)[r], dtype="<f8"), allow_pickle=False)
-    record = {"digest": table.digest, "shape": list(table.upper.shape), "dtype": "<f8", "pid": os.getpid()}
-    atomic_write(directory / RECORD, json.dumps(record), mode=0o400, durable=False)
-
-
-def _load_all(table: Table, directory: Path) -> Callable[[str, int], np.ndarray]:
-    """Every row mapped now (the server: its directory may be removed before it last answers)."""
-    rows = {(name, r): _load(directory, name, r, table.upper.shape[1:])
-            for name in SURFACES for r in range(table.upper.shape[0])}
-    return lambda name, r: rows[name, r]
-
-
-def _load(directory: Path, name: str, r: int, shape: tuple[int, ...]) -> np.ndarray:
-    """Row ``r`` of surface ``name``: a read-only map of its file (a plain ndarray whose base is the
-    ``np.memmap``); ValueError unless it is float64 of ``shape`` in C order."""
-    row = np.load(directory / f"{name}-{r}.npy", mmap_mode="r", allow_pickle=False)
-    if row.shape != tuple(shape) or row.dtype != np.dtype("<f8") or not row.flags.c_contiguous:
-        raise ValueError(f"{directory}/{name}-{r}.npy: {row.dtype} {row.shape}, not the table's row {shape}")
-    return np.asarray(row)
-
-
-def _written_for(table: Table, directory: Path) -> bool:
-    """Whether ``directory`` is private to this user and its record names ``table``'s digest and shape."""
-    from lookup.trust import read_small
-
-    if not (table.digest and _private(directory)):
-        return False
-    try:
-        record: Any = json.loads(read_small(directory / RECORD))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(record, dict) and record.get("digest") == table.digest
-            and record.get("shape") == list(table.upper.shape) and record.get("dtype") == "<f8")
-
-
-def _private(directory: Path) -> bool:
-    """A directory (not a link) of this user that no one else may enter."""
-    try:
-        info = os.lstat(directory)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
-
-
-def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: it runs
-        return True
-    return True
 
 
 def release_freed() -> None:
@@ -209,10 +200,3 @@ def _malloc_trim() -> Any:
 
 def _row_bytes(table: Table) -> int:
     return int(np.prod(table.upper.shape[1:])) * 8
-
-
-def _free(place: Path) -> int:
-    with contextlib.suppress(OSError):
-        info = os.statvfs(place)
-        return info.f_bavail * info.f_frsize
-    return 0

@@ -97,9 +97,11 @@ class Table:
                 for f, p in zip(self.families, self.params, strict=True)]
 
     def coverage(self) -> dict[str, Any]:
-        """What the table answers: rows and axis ranges (for errors and ``lookup info``)."""
+        """What the table answers: rows and axis ranges (for errors, ``lookup info`` and /v1/info):
+        the table named by its folder's name and digest, never by where it lives (issue 55)."""
         return {
-            "table": self.path,
+            "table": Path(self.path).name if self.path else None,
+            "digest": self.digest or None,
             "mechanisms": self.labels(),
             "eps0": [float(self.eps0[0]), float(self.eps0[-1]), int(self.eps0.size)],
             "n": [int(self.n[0]), int(self.n[-1]), int(self.n.size)],

@@ -22,7 +22,7 @@ import click
 from lookup.api import parse_number as _number
 from lookup.extras import CommandGroup
 from lookup.output import emit
-from lookup.params import click_options, mechanism_option, parse_params
+from lookup.params import ascii_number_type, click_options, mechanism_option, parse_params
 from tablegen import __version__
 from tablegen.limits import EPS0_MIN_TEXT
 
@@ -35,16 +35,18 @@ AFTER_PARAMS = [
     click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
 ]
 
+ASCII_FLOAT, ASCII_INT = ascii_number_type(float), ascii_number_type(int)  # numbers in ASCII digits only
+
 
 SAMPLE_RATE = click.option("--sample-rate", type=str, default=None,
-                           help="probability in (0, 1] that each user takes part in a round (Poisson; default 1)")
+                           help="probability in [1e-12, 1] that each user takes part in a round (Poisson; default 1)")
 
 
 def _sample_rate(text: str | None) -> float:
     """--sample-rate as a float in (0, 1] (1 when not given); ValueError naming --sample-rate."""
     from tablegen import validate
 
-    return 1.0 if text is None else validate.rate("--sample-rate", _number("--sample-rate", text))
+    return 1.0 if text is None else validate.sample_rate("--sample-rate", _number("--sample-rate", text))
 
 
 def mechanism_options(func: Any) -> Any:
@@ -174,11 +176,11 @@ def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> No
 @main.command()
 @click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
 @click.option("--n", required=True, type=str, help="number of users")
-@click.option("--d", "domain", type=int, default=10, show_default=True, help="histogram: domain size")
+@click.option("--d", "domain", type=ASCII_INT, default=10, show_default=True, help="histogram: domain size")
 @click.option("--eps", type=str, default=None, help="calibrate p for this eps (with --delta)")
 @click.option("--delta", type=str, default=None, help="calibrate p for this delta (with --eps)")
 @click.option("--p", "noise_p", type=str, default=None, help="noise parameter instead of calibrating")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=ASCII_INT, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def simulate(mechanism: str, n: str, domain: int, eps: str | None, delta: str | None, noise_p: str | None,
              seed: int, as_json: bool) -> None:
@@ -433,14 +435,15 @@ def _eps_via_rdp(orders: Any, rdp: Any, delta: float) -> dict[str, Any]:
               "distributed.comm.tls.client.cert)")
 @click.option("--tls-key", default=None, help="--scheduler tls://: this client's private key (PEM), unless it is in "
               "--tls-cert's file")
-@click.option("--workers", type=int, default=None, help="local cluster worker processes (default: all cores; "
+@click.option("--workers", type=ASCII_INT, default=None, help="local cluster worker processes (default: all cores; "
               "0: compute in this process without dask)")
 @click.option("--fresh", is_flag=True, help="discard an unfinished build of --out and start over")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 @click.option("--dry-run", is_flag=True, help="print cells, estimated core-hours and store size; write nothing")
-@click.option("--sample", type=int, default=8, show_default=True, help="--dry-run: slices to time")
-@click.option("--cores", type=int, default=100, show_default=True, help="--dry-run: cores to size the wall time for")
-@click.option("--budget", type=float, default=90.0, show_default=True,
+@click.option("--sample", type=ASCII_INT, default=8, show_default=True, help="--dry-run: slices to time")
+@click.option("--cores", type=ASCII_INT, default=100, show_default=True,
+              help="--dry-run: cores to size the wall time for")
+@click.option("--budget", type=ASCII_FLOAT, default=90.0, show_default=True,
               help="--dry-run: seconds spent timing the sample (on --workers local processes, default all cores)")
 @click.option("--json", "as_json", is_flag=True, help="--dry-run: print the figures as JSON")
 @click.option("--sign-key", default=None, help="Ed25519 private key (PEM) to sign the published table with")
@@ -481,13 +484,24 @@ def build(spec_path: str, out: str, scheduler: str | None, tls_ca_file: str | No
 @main.command()
 @click.argument("path", metavar="TABLE")
 @click.option("--key", "key_file", required=True, help="Ed25519 private key (PEM): openssl genpkey -algorithm ed25519")
-def sign(path: str, key_file: str) -> None:
-    """Sign a published table or a device file (readers trusting the key need no spot certification)."""
-    from lookup.signing import sign as sign_table
+@click.option("--full", is_flag=True, help="first recompute every slice (tablegen verify --full): a table that is "
+              "not shipped, built or fully verified here is signed only after this")
+def sign(path: str, key_file: str, full: bool) -> None:
+    """Sign a published table or a device file this machine vouches for (shipped, built or fully
+    verified here; --full verifies it first): readers trusting the key answer from it."""
+    from lookup.signing import NotVouched, sign_vouched
     from lookup.table import TableError
 
     try:
-        click.echo(f"signed: {sign_table(path, key_file)}")
+        if full and Path(path).is_dir():
+            from tablegen.verify import verify as check
+
+            problems = check(path, sample=0, full=True)
+            if problems:
+                raise ValueError(f"verify --full failed, not signed: {problems[0]}")
+        click.echo(f"signed: {sign_vouched(path, key_file)}")
+    except NotVouched as exc:
+        _fail(exc)
     except (OSError, TableError, ValueError) as exc:
         _fail(ValueError(f"cannot sign {path}: {exc}"))
     except ImportError:
@@ -496,9 +510,9 @@ def sign(path: str, key_file: str) -> None:
 
 @main.command()
 @click.argument("store_path", metavar="STORE")
-@click.option("--sample", type=int, default=0, show_default=True,
+@click.option("--sample", type=ASCII_INT, default=0, show_default=True,
               help="random (mechanism, eps0) slices to recompute live")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed for the sample")
+@click.option("--seed", type=ASCII_INT, default=0, show_default=True, help="seed for the sample")
 @click.option("--full", is_flag=True, help="recompute every slice; if all are equal, record the table as verified "
               "here (a table nothing else vouches for is then answered from: docs/trust.md)")
 def verify(store_path: str, sample: int, seed: int, full: bool) -> None:

@@ -53,6 +53,7 @@ import hmac
 import json
 import math
 import os
+import secrets
 import shutil
 import socket
 import stat
@@ -65,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from lookup import trust
-from lookup.manifest import MANIFEST, read_manifest
+from lookup.manifest import MANIFEST, SIGNATURE, read_manifest
 from lookup.reader import read_bounded
 from lookup.table import manifest_mismatches, store_files
 from lookup.trust import atomic_write  # the one writer of whole files (exclusive temporary, renamed)
@@ -371,6 +372,8 @@ def _clear_leftovers(out: Path) -> None:
             continue
         if stale.is_symlink():  # planted: removed itself, never followed
             stale.unlink()
+        elif stale.lstat().st_uid != os.geteuid():  # planted by another account: not ours to remove or restore
+            continue
         elif stale.name.startswith(f"{out.name}.old-") and not out.exists() and (stale / MANIFEST).is_file():
             os.rename(stale, out)
         else:
@@ -496,13 +499,13 @@ def publish_rows(template: Any, out: str | Path, read_slice: Callable[[str, int,
         template[name] = var.copy(data=dask.array.zeros(var.shape, chunks=(1, *var.shape[1:]), dtype="f4"))
         template[name].attrs.update(quantization_attributes(up, bits))
 
-    def write(tmp: Path) -> None:
+    def write(tmp: Any) -> None:
         import zarr
 
         _write_dataset(template, tmp, rounding)  # coordinates and metadata; lazy variables left unwritten
         rows, eps0 = template[next(iter(rounding))].shape[:2]
         for name, up in rounding.items():
-            array = zarr.open_array(tmp / name, mode="r+")
+            array = zarr.open_array(tmp, path=name, mode="r+")
             row = np.empty(array.shape[1:], dtype="<f4")
             for r in range(rows):
                 for e in range(eps0):
@@ -512,8 +515,9 @@ def publish_rows(template: Any, out: str | Path, read_slice: Callable[[str, int,
     return _publish_with(out, write, sign_key)
 
 
-def _write_dataset(dataset: Any, tmp: Path, compacted: dict[str, bool]) -> None:
-    """``dataset`` to a new zarr v3 store ``tmp`` (lazy variables: metadata only), ``_encoding``."""
+def _write_dataset(dataset: Any, tmp: Any, compacted: dict[str, bool]) -> None:
+    """``dataset`` to a new zarr v3 store ``tmp`` (a path or a zarr store; lazy variables:
+    metadata only), ``_encoding``."""
     encoding = {name: _encoding(var, name in compacted) for name, var in dataset.variables.items()}
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not (yet) in the v3 spec; we consolidate on purpose
@@ -521,34 +525,206 @@ def _write_dataset(dataset: Any, tmp: Path, compacted: dict[str, bool]) -> None:
         dataset.to_zarr(tmp, mode="w-", encoding=encoding, consolidated=True, zarr_format=3, compute=False)
 
 
-def _publish_with(out: str | Path, write: Callable[[Path], None], sign_key: str | Path | None) -> str:
-    """Run ``write`` on a new folder beside ``out``, add the manifest (and signature), verify,
-    and swap it in atomically; the folder is removed if any step fails.  Returns the digest of
-    the listing written (computed from the bytes written, not read back from ``out``)."""
+class PrivateFolder:
+    """A new folder beside ``out`` that only this account can enter (``tempfile.mkdtemp``: mode
+    0700, a random name ``OUT.publish-RANDOM-PID``), held open by descriptor from its creation: every
+    file and subfolder is made relative to that descriptor (``O_CREAT | O_EXCL | O_NOFOLLOW``
+    temporaries, renamed; each subfolder opened without following links and checked to be this
+    account's, writable by no one else), never through the path, so a folder swapped in under its
+    name by someone who can write the parent receives nothing.  ``written`` holds the SHA-256 of
+    the bytes of each file written, computed in memory, never read back (issue 55)."""
+
+    def __init__(self, out: Path) -> None:
+        import tempfile
+
+        self.path = Path(tempfile.mkdtemp(prefix=f"{out.name}.publish-", suffix=f"-{os.getpid()}", dir=out.parent))
+        self.written: dict[str, str] = {}
+        self._dirs: dict[str, int] = {}
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as err:
+            raise StoreError(f"{self.path}: the folder made to publish in was replaced at once ({err})") from None
+        self._dirs[""] = self.fd
+        try:
+            _check_private(self.fd, self.path, private=True)
+        except StoreError:
+            os.close(self.fd)  # not ours: left where it is
+            raise
+        self.key = secrets.token_hex(16)
+        _FOLDERS[self.key] = self
+
+    # zarr, xarray and dask copy or pickle the store that holds this folder: every copy is this one
+    def __copy__(self) -> PrivateFolder:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PrivateFolder:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _open_folder, (self.key,)
+
+    def _folder(self, rel: str) -> int:
+        """The descriptor of subfolder ``rel`` (made where missing), each component this account's."""
+        if rel in self._dirs:
+            return self._dirs[rel]
+        head, _, name = rel.rpartition("/")
+        parent = self._folder(head)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        self._dirs[rel] = fd
+        _check_private(fd, self.path / rel, private=False)
+        return fd
+
+    def write(self, rel: str, data: bytes, listed: bool = True) -> None:
+        """Write ``data`` as ``rel`` (all or nothing, replacing an earlier write of it); with
+        ``listed``, its SHA-256 is what the manifest will list."""
+        if not rel or rel.startswith("/") or any(part in ("", ".", "..") for part in rel.split("/")):
+            raise StoreError(f"refusing to write {rel!r} outside the publish folder")
+        head, _, name = rel.rpartition("/")
+        folder = self._folder(head)
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+        if listed:
+            self.written[rel] = hashlib.sha256(data).hexdigest()
+
+    def delete(self, rel: str) -> None:
+        """Remove file ``rel``, or every file written under folder ``rel``."""
+        for key in [key for key in self.written if key == rel or key.startswith(rel.rstrip("/") + "/")]:
+            head, _, name = key.rpartition("/")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self._folder(head))
+            del self.written[key]
+
+    def still_here(self, path: Path) -> bool:
+        """Whether ``path`` names this folder (not one swapped in under its name)."""
+        try:
+            seen = os.lstat(path)
+        except OSError:
+            return False
+        mine = os.fstat(self.fd)
+        return (seen.st_dev, seen.st_ino) == (mine.st_dev, mine.st_ino) and stat.S_ISDIR(seen.st_mode)
+
+    def close(self) -> None:
+        _FOLDERS.pop(self.key, None)
+        for fd in self._dirs.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._dirs.clear()
+
+
+_FOLDERS: dict[str, PrivateFolder] = {}  # the open publish folders of this process, by key
+
+
+def _open_folder(key: str) -> PrivateFolder:
+    """The open ``PrivateFolder`` of ``key`` (a copy of it, unpickled, is the folder itself)."""
+    try:
+        return _FOLDERS[key]
+    except KeyError:
+        raise StoreError("a publish folder was used outside the process or publish that made it") from None
+
+
+def _check_private(fd: int, where: Path, private: bool) -> None:
+    """Refuse a folder not owned by this account, writable by others (or, ``private``, enterable)."""
+    seen = os.fstat(fd)
+    others = 0o077 if private else 0o022
+    if seen.st_uid != os.geteuid() or seen.st_mode & others:
+        raise StoreError(f"{where}: the folder to publish in is not this account's alone (owner {seen.st_uid}, "
+                         f"mode {stat.S_IMODE(seen.st_mode):04o}): was it replaced? nothing published")
+
+
+def _written_store(folder: PrivateFolder) -> Any:
+    """A zarr ``LocalStore`` at ``folder.path`` whose writes go through ``folder`` (by descriptor,
+    hashed in memory); reads, used to verify, go through the path (any other way zarr may write
+    is caught there: a file not written through ``folder`` is refused)."""
+    import asyncio
+
+    from zarr.storage import LocalStore
+
+    class WrittenStore(LocalStore):
+        async def _set(self, key: str, value: Any, exclusive: bool = False) -> None:
+            if not self._is_open:
+                await self._open()
+            self._check_writable()
+            if exclusive and key in folder.written:
+                raise FileExistsError(key)
+            await asyncio.to_thread(folder.write, key, value.to_bytes())
+
+        def set_sync(self, key: str, value: Any) -> None:
+            self._ensure_open_sync()
+            self._check_writable()
+            folder.write(key, value.to_bytes())
+
+        async def delete(self, key: str) -> None:
+            self._check_writable()
+            folder.delete(key)
+
+        def delete_sync(self, key: str) -> None:
+            self._check_writable()
+            folder.delete(key)
+
+        async def delete_dir(self, prefix: str) -> None:
+            self._check_writable()
+            folder.delete(prefix)
+
+        def with_read_only(self, read_only: bool = False) -> Any:
+            return WrittenStore(self.root, read_only=read_only)
+
+    return WrittenStore(folder.path)
+
+
+def _publish_with(out: str | Path, write: Callable[[Any], None], sign_key: str | Path | None) -> str:
+    """Run ``write`` on a zarr store in a new folder beside ``out`` that only this account can
+    enter (``PrivateFolder``: written by descriptor, each file hashed as written), add the manifest
+    of those digests (and the signature of their listing), verify what is on disk against them,
+    open the folder to readers (0755) and swap it in atomically; the folder is removed if any step
+    fails.  Returns the digest of the listing written: computed from the bytes written, in memory,
+    never read back, so a folder or file swapped in by someone who can write beside ``out`` is
+    refused here (its files differ from the listing) and, published, is vouched for by nothing."""
     from lookup.trust import listing_digest
 
     out = Path(out)
     _clear_leftovers(out)
     check_replaceable(out)
-    tmp = out.with_name(f"{out.name}.publish-{os.getpid()}")
+    folder = PrivateFolder(out)
+    tmp = folder.path
     try:
-        os.mkdir(tmp, 0o755)  # exclusively: never into a folder or link planted under this name
-    except FileExistsError:
-        raise StoreError(f"{tmp} appeared while this build was publishing; remove it and build again") from None
-    try:
-        write(tmp)
-        digest = listing_digest(write_manifest(tmp))
-        problems = check_manifest(tmp) + check_chunks(tmp)
+        write(_written_store(folder))
+        listed = dict(sorted(folder.written.items()))
+        digest = listing_digest(listed)
+        folder.write(MANIFEST, "".join(f"{sha}  {rel}\n" for rel, sha in listed.items()).encode(), listed=False)
+        unlisted, missing, bad = manifest_mismatches(tmp, listed, _FilesRead(tmp, listed))
+        problems = ([f"{rel}: a file this publish did not write" for rel in unlisted]
+                    + [f"{rel}: missing" for rel in missing] + [f"{rel}: not the bytes written" for rel in bad])
+        problems = problems or check_chunks(tmp)
         if problems:
             raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
         if sign_key is not None:
-            from lookup.signing import sign
+            from lookup.signing import signature_text
 
-            sign(tmp, sign_key, digest)  # the digest of the bytes written, not read back
+            folder.write(SIGNATURE, signature_text(sign_key, digest).encode(), listed=False)  # the digest written
+        os.fchmod(folder.fd, 0o755)  # readers may enter now; nothing in it is writable but by this account
+        if not folder.still_here(tmp):
+            raise StoreError(f"{tmp} was replaced while this build was publishing; nothing published")
+        _swap_into_place(tmp, out)
+        if not folder.still_here(out):
+            raise StoreError(f"{out} is not the folder this build wrote (replaced while publishing); "
+                             "it is not recorded as built here")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if folder.still_here(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _swap_into_place(tmp, out)
+    finally:
+        folder.close()
     return digest
 
 

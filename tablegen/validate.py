@@ -105,3 +105,18 @@ def rate(name: str, value: float) -> float:
     if not (0 < x <= 1):
         raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
     return x
+
+
+SAMPLE_RATE_MIN = 1e-12  # below it the engine's subsampled composition overflowed (q = 1e-300: an
+# OverflowError, an HTTP 500, issue 55); eps does not decrease with q, so a smaller rate is answered
+# safely at this one
+
+
+def sample_rate(name: str, value: float) -> float:
+    """``rate`` of a subsampled round, at least ``SAMPLE_RATE_MIN``; ValueError naming ``name``
+    and the allowed range."""
+    x = rate(name, value)
+    if x < SAMPLE_RATE_MIN:
+        raise ValueError(f"{name} must lie in [{SAMPLE_RATE_MIN:g}, 1], got {name}={value!r} (a smaller rate is "
+                         f"answered safely at {SAMPLE_RATE_MIN:g}: eps does not decrease with the rate)")
+    return x

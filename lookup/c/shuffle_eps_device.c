@@ -543,6 +543,18 @@ static int fail_at(shuffle_eps_table *t, int status, size_t r, size_t e, size_t 
 }
 
 /* the invariants of lookup/checks.py check_row on row r, in the same order and float64 operations */
+/* every row's parameters named once: a row given twice was answered from its first copy here and
+ * from its last by lookup.open_table (issue 55); refused, as lookup/device.py refuses it */
+static int distinct_rows(const unsigned char *h, size_t hn, size_t rows) {
+    size_t a = rows, ea, b, eb;
+    while (j_next(h, hn, &a, &ea)) {
+        b = a;
+        while (j_next(h, hn, &b, &eb))
+            if (j_equal(h, hn, ea, h, hn, eb, 1)) return SHUFFLE_EPS_E_DUPLICATE_ROW;
+    }
+    return SHUFFLE_EPS_OK;
+}
+
 static int check_row(shuffle_eps_table *t, size_t r) {
     const size_t E = t->n_eps0, N = t->n_n, D = t->n_delta, cells = E * N * D, base = r * cells;
     const size_t strides[3] = {N * D, D, 1}, sizes[3] = {E, N, D};
@@ -715,6 +727,7 @@ int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t si
     while (j_next(h, hn, &at, &e)) out[i++] = h[e] == 't' ? 1.0 : 0.0;
     t->eps0_monotone = out;
 
+    if ((status = distinct_rows(h, hn, where[K_ROWS])) != SHUFFLE_EPS_OK) return status;
     for (i = 0; i < t->rows; i++)
         if ((status = check_row(t, i)) != SHUFFLE_EPS_OK) return status;
     t->ready = 1;
@@ -946,6 +959,7 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_AXIS:
             return "refused: a header axis is not finite numbers strictly increasing in its domain";
         case SHUFFLE_EPS_E_SHAPE: return "refused: the header's shape or dtype does not match its axes and rows";
+        case SHUFFLE_EPS_E_DUPLICATE_ROW: return "refused: the header names the same row's parameters twice";
         case SHUFFLE_EPS_E_PAYLOAD:
             return "refused: the file's size is not the one its header gives (12 + H + 8 R E N D bytes)";
         case SHUFFLE_EPS_E_TOO_LARGE:

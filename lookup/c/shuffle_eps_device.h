@@ -94,6 +94,7 @@ enum shuffle_eps_status {
     SHUFFLE_EPS_E_SHAPE = 19,         /* shape, dtype or eps0_monotone disagree with the axes and rows */
     SHUFFLE_EPS_E_PAYLOAD = 20,       /* the file is not 12 + H + 8 * R * E * N * D bytes (its header's size) */
     SHUFFLE_EPS_E_TOO_LARGE = 21,     /* a header over SHUFFLE_EPS_MAX_HEADER or a file over SHUFFLE_EPS_MAX_FILE */
+    SHUFFLE_EPS_E_DUPLICATE_ROW = 22, /* two rows with the same parameters (readers would disagree on which) */
     SHUFFLE_EPS_E_VALUE = 30,         /* a certified eps not finite or outside [0, eps0 (1 + 2^-11)] */
     SHUFFLE_EPS_E_LOWER = 31,         /* a lower bound neither NaN nor in [0, eps] */
     SHUFFLE_EPS_E_MONOTONE = 32,      /* eps not monotone as the exact eps is, beyond 3% + 1e-7 */

@@ -288,9 +288,16 @@
     line.textContent = text || "";
   }
 
+  // the question the server answered, as it parsed it (the answer's "asked"), never the text typed:
+  // a look-alike digit in a permalink shows as what the server read (or is refused with a 400)
+  function parsedQuery(body) {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(body.asked || {})) query.set(name, String(value));
+    return query;
+  }
+
   // the question asked, in words
-  function askedText(endpoint, asked) {
-    const query = new URLSearchParams(asked.split("?")[1]);
+  function askedText(endpoint, query) {
     const what = {eps: "ε at δ", delta: "δ at ε", "eps0-max": "the largest ε0 for a target ε"}[endpoint];
     const rest = [...query].filter(([name]) => name !== "mechanism" && !params(query).some(([p]) => p === name));
     return `Answer to: ${what}, ${mechanismOf(query)}, ` + rest.map(([k, v]) => `${k} = ${v}`).join(", ");
@@ -298,8 +305,8 @@
 
   function showAnswer(endpoint, body, asked) {
     Object.assign(shownAnswer, {body});
-    const query = new URLSearchParams(asked.split("?")[1]);
-    document.getElementById("asked").textContent = askedText(endpoint, asked);
+    const query = parsedQuery(body);
+    document.getElementById("asked").textContent = askedText(endpoint, query);
     document.getElementById("headline").replaceChildren(...headline(endpoint, body, query));
     const note = document.getElementById("note");
     const {kind, text} = explain(endpoint, body, query);
@@ -319,6 +326,9 @@
   const WAYS = {eps: "up", delta: "up", eps_lower: "down", delta_lower: "down"};  // slack: an estimate
   function shown(endpoint, key, value) {
     if (value === null || value === undefined) return "unknown";
+    if (key === "asked") {  // the question as the server parsed it, every number in full
+      return Object.entries(value).filter(([, v]) => v !== null).map(([k, v]) => `${k}=${v}`).join(", ");
+    }
     if (typeof value === "object") {
       const known = Object.entries(value).filter(([, v]) => v !== null);
       return known.map(([k, v]) => k + "=" + (Number.isInteger(v) ? String(v) : fmt(v))).join(", ") || "none";
@@ -445,6 +455,8 @@
   function gloss(endpoint, key, value, body, query) {
     const symbol = endpoint === "delta" ? "δ" : "ε";
     switch (key) {
+      case "asked":
+        return "the question as the server read it: the numbers this answer is for";
       case "eps":
         return body.rounds ? `all ${body.rounds} rounds together lose at most this ε (certified; rounded up)`
           : "the privacy loss ε is at most this (certified; rounded up)";

@@ -131,3 +131,25 @@ def test_mechanism_names_in_any_case(table_path: Path) -> None:
             for name in ("KRR", "krr"))
     assert a == b and a.source == "table"
     assert run("calibrate", "--mechanism", "Binary-Sum", "--eps", "1", "--delta", "1e-6", "--n", "1e5")[0] == 0
+
+
+def _one_line_refusal(code: int, out: str, err: str, name: str) -> None:
+    assert code == 2 and not out and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and name in err, err
+
+
+def test_look_alike_digits_and_tiny_sample_rates_exit_2_naming_the_parameter(table_path: Path) -> None:
+    """Issue 55: ``--delta 1e-৪`` (a Bengali four, which reads as an 8) was answered at 1e-4;
+    ``--rounds 3 --sample-rate 1e-300`` printed a raw traceback (OverflowError)."""
+    t = str(table_path)
+    base = {"--k": "3", "--eps0": "1.5", "--n": "50", "--delta": "1e-6"}
+    for option, text in (("--delta", "1e-৪"), ("--eps0", "৪"), ("--k", "৩"), ("--n", "5৪")):
+        args = [x for k, v in {**base, option: text}.items() for x in (k, v)]
+        code, out, err = run("eps", "--mechanism", "krr", *args, "--table", t, "--json")
+        _one_line_refusal(code, out, err, "ASCII digits")
+        assert option.lstrip("-") in err
+    code, out, err = run("eps", "--mechanism", "krr", "--k", "3", "--eps0", "1.5", "--n", "50", "--delta", "1e-6",
+                         "--rounds", "3", "--sample-rate", "1e-300", "--table", t, "--json")
+    _one_line_refusal(code, out, err, "sample_rate must lie in [1e-12, 1]")
+    code, out, err = run("serve", "--port", "৮০")  # click's own int() read it as 80
+    assert code == 2 and "ASCII digits" in err

@@ -40,9 +40,9 @@ TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM = 10,
 KEY, AXIS, SHAPE, PAYLOAD, VALUE, LOWER, MONOTONE = 17, 18, 19, 20, 30, 31, 32
 QUERY, PARAMS, ROW, EPS0_ABOVE, N_BELOW, DELTA_BELOW, EPS0_OFF_GRID = 40, 41, 42, 43, 44, 45, 46
 UNTRUSTED, SIGNATURE, NO_SODIUM, MECHANISM = 50, 51, 52, 53
-TOO_LARGE = 21
+TOO_LARGE, DUPLICATE_ROW = 21, 22
 FILE_REFUSALS = {TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM, KEY, AXIS, SHAPE,
-                 PAYLOAD, TOO_LARGE, VALUE, LOWER, MONOTONE}
+                 PAYLOAD, TOO_LARGE, DUPLICATE_ROW, VALUE, LOWER, MONOTONE}
 
 SHA_MAIN = r"""
 #include <stdio.h>
@@ -630,3 +630,16 @@ def test_a_sparse_gigabyte_signature_is_refused_by_the_c_tool(build_dir: Path, f
     sparse(trust.signature_path(device), 1 << 30)
     status, seconds = _within_200_mb([str(tool), "--key", "0" * 64, str(device), "krr", "1", "40", "1e-6"])
     assert status == SIGNATURE and seconds < 1.0
+
+
+@pytest.mark.parametrize("second", [{"k": 3}, {"k": 3.0}])
+def test_a_duplicated_row_is_refused_by_every_reader(query_tool: Path, files: dict[str, Path], tmp_path: Path,
+                                                     second: dict[str, Any]) -> None:
+    """Issue 55: a file naming the same parameters twice was answered from the first row by
+    ``lookup.device`` and the C reader and from the last by ``lookup.open_table``: all refuse it."""
+    header, upper, lower = _parts(files["two"])
+    header["rows"] = [{"k": 3}, second]
+    path = _write(tmp_path / "twice.dev", encode(header, upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()))
+    assert _refused_by_both(query_tool, path) == DUPLICATE_ROW
+    with pytest.raises(lookup.TableError, match="same parameters twice"):
+        lookup.open_table(path, verified=False)

@@ -477,7 +477,8 @@ def test_a_stale_answer_is_never_shown_as_current(browser: Any, base: str) -> No
 
 VIA = {"eps": 0.06578499199522776, "eps_lower": None, "certified": True, "source": "table",
        "corner": {"eps0": 1.0, "n": 40.0, "delta": 1e-6, "delta_upper": 1e-5}, "slack": 0.4, "edge": False,
-       "refined": False, "via": "generic"}
+       "refined": False, "via": "generic",
+       "asked": {"mechanism": "krr", "k": 3.0, "eps0": 1.0, "n": 40.0, "delta": 3e-6}}  # as the server parses it
 
 
 @pytest.mark.parametrize(("endpoint", "question", "kind", "says", "never"), [
@@ -674,3 +675,24 @@ def test_the_page_files_ship_in_the_distributions() -> None:
                 for pattern in line.split()[1:] for path in root.glob(pattern)}
     static = set((root / "lookup" / "static").iterdir())
     assert static and static <= included
+
+
+def test_the_page_shows_the_question_as_the_server_parsed_it(browser: Any, base: str) -> None:
+    """Issue 55: the page echoed the text typed (``delta = 1e-৪``, which reads as 1e-8) while the
+    server answered at what it parsed (1e-4).  Now it shows the answer's "asked": here an answer
+    whose parsed delta differs from the text typed is shown with the parsed one; a look-alike digit
+    is refused beside its field."""
+    question = {**KRR, "eps0": "2", "n": "40", "delta": "1e-6", "max_slack": "none"}
+    body = settled(base, "/v1/eps", question)
+    assert body["asked"]["delta"] == 1e-6
+    browser.get(base + "/")
+    browser.execute_script(STUB, {"delta=1e-6": {"body": {**body, "asked": {**body["asked"], "delta": 1e-8}}}})
+    ask(browser, question)
+    asked = browser.find_element(By.ID, "asked").text
+    assert "delta = 1e-8" in asked and "1e-6" not in asked, asked
+    assert "δ = 1e-8" in browser.find_element(By.ID, "headline").text
+    browser.get(f"{base}/?{urllib.parse.urlencode({'endpoint': 'eps', **question, 'delta': '1e-৪'})}")
+    span = wait(browser, lambda d: (lambda e: e if e.text else None)(d.find_element(By.CSS_SELECTOR,
+                                                                                     "[data-error=delta]")))
+    assert "ASCII digits" in span.text and not browser.find_element(By.ID, "headline").text
+    assert not javascript_errors(browser)

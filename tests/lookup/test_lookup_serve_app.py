@@ -158,3 +158,50 @@ def test_bad_input_stays_a_400(small_app: Any, caplog: pytest.LogCaptureFixture,
     assert status == 400 and message in json.loads(body)["error"]
     assert metric(small_app, "lookup_server_errors_total") == 0
     assert not [r for r in caplog.records if r.name == "lookup.app"]  # nothing logged as a fault
+
+
+# ---------------------------------------------------------------- issue 55: what a query says, as parsed
+
+BENGALI_FOUR, BENGALI_THREE = "%E0%A7%AA", "%E0%A7%A9"  # '৪' (reads as an 8) and '৩', UTF-8 percent-encoded
+
+
+@pytest.mark.parametrize(("query", "name"), [
+    (f"mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-{BENGALI_FOUR}", "delta"),
+    (f"mechanism=krr&k=3&eps0={BENGALI_FOUR}&n=50&delta=1e-6", "eps0"),
+    (f"mechanism=krr&k={BENGALI_THREE}&eps0=1.5&n=50&delta=1e-6", "k"),
+    (f"mechanism=krr&k=3&eps0=1.5&n=5{BENGALI_FOUR}&delta=1e-6", "n"),
+])
+def test_look_alike_digits_are_a_400_naming_the_parameter(small_app: Any, query: str, name: str) -> None:
+    """Issue 55: float() reads any Unicode decimal digit: ``delta=1e-৪`` was answered at 1e-4 while
+    the page showed "1e-৪" (which reads as 1e-8).  Numbers are ASCII only."""
+    status, _, body = asgi_get(small_app, f"/v1/eps?{query}")
+    error = json.loads(body)["error"]
+    assert status == 400 and error.startswith(f"{name} must be a number written in ASCII digits"), error
+
+
+def test_a_tiny_sample_rate_is_a_400_naming_its_range(small_app: Any) -> None:
+    """Issue 55: ``rounds=3&sample_rate=1e-300`` was an HTTP 500 (OverflowError in the engine)."""
+    status, _, body = asgi_get(small_app, f"/v1/eps?{T}&rounds=3&sample_rate=1e-300")
+    error = json.loads(body)["error"]
+    assert status == 400 and "sample_rate must lie in [1e-12, 1]" in error and "\n" not in error
+    assert metric(small_app, "lookup_server_errors_total") == 0
+
+
+def test_answers_carry_the_question_as_parsed(small_app: Any) -> None:
+    """The page shows the numbers the server parsed (the answer's "asked"), not the text typed."""
+    status, _, body = asgi_get(small_app, "/v1/eps?mechanism=krr&k=3&eps0=1.50&n=5e1&delta=0.000001&live=false")
+    assert status == 200
+    assert json.loads(body)["asked"] == {"mechanism": "krr", "k": 3.0, "eps0": 1.5, "n": 50.0, "delta": 1e-6,
+                                         "live": False}
+
+
+def test_the_tables_path_is_never_told_only_its_name_and_digest(small_app: Any, table_path: Path) -> None:
+    """Issue 55: /v1/info and the 400 of ``live=false`` named where the table lives on the server."""
+    for url in ("/v1/info", "/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false"):
+        status, _, body = asgi_get(small_app, url)
+        text = body.decode()
+        assert status in (200, 400) and str(table_path) not in text and str(table_path.parent) not in text, text
+    info = json.loads(asgi_get(small_app, "/v1/info")[2])
+    assert info["table"] == table_path.name and len(info["digest"]) == 64
+    error = json.loads(asgi_get(small_app, "/v1/eps?mechanism=krr&k=3&eps0=9&n=50&delta=1e-6&live=false")[2])["error"]
+    assert f"{table_path.name} (digest {info['digest'][:16]})" in error

@@ -1,15 +1,14 @@
-"""The served table's rows in memory once (``lookup.shared``): the server writes them into a private
-directory, each worker maps them read-only and answers exactly as from the table it opened; a
-directory written for another table, or not private, is not used (the worker decodes its rows
-itself); the directory is removed when the server stops, and at the next start where its server died."""
+"""The served table's rows in memory once (``lookup.shared``): the server writes them into a sealed
+memfd, each worker maps it read-only and answers exactly as from the table it opened; rows written
+for another table, or a file not sealed, are not used (the worker decodes its rows itself); nobody,
+the service's own account included, can change them once sealed (issue 55)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import mmap
 import os
-import stat
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,13 +28,23 @@ QUERIES = [("krr", {"k": 3}, 0.7, 30, 3e-8), ("krr", {"k": 3}, 1.5, 50, 1e-6), (
 
 @pytest.fixture()
 def published(table_path: Path) -> Any:
-    """(the server's copy of the table, the directory it published), removed at the end.  The copy
+    """(the server's copy of the table, the sealed rows it published), closed at the end.  The copy
     (``replace``) shares the cached table's surfaces, which ``publish`` does not replace."""
+    if shared.sealing() is None:
+        pytest.skip("no sealed memfd on this system: every process decodes its own rows")
     table = replace(open_table(table_path))
-    directory = shared.publish(table)
-    assert directory is not None
-    yield table, directory
-    shared.remove(directory)
+    rows = shared.publish(table)
+    assert rows is not None
+    yield table, rows
+    shared.remove(rows)
+
+
+def _is_mapped(row: np.ndarray) -> bool:
+    """Whether ``row`` is a view of a memory map (the sealed rows), not decoded memory."""
+    base = row
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
 
 
 def bits(row: np.ndarray) -> bytes:
@@ -57,41 +66,102 @@ def answers(table: Table) -> list[Any]:
     return out
 
 
-def test_the_directory_is_private_named_by_the_server_and_records_the_table(published: Any) -> None:
-    table, directory = published
-    info = os.lstat(directory)
-    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
-    assert directory.name.startswith(f"{shared.PREFIX}{os.getpid()}-") and directory.parent == shared.places()[0]
-    record = json.loads((directory / shared.RECORD).read_text())
-    assert record["digest"] == table.digest and record["shape"] == list(table.upper.shape)
-    rows = table.upper.shape[0]
-    assert sorted(p.name for p in directory.iterdir()) == sorted(
-        [shared.RECORD, *(f"{name}-{r}.npy" for name in shared.SURFACES for r in range(rows))])
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o400 for p in directory.iterdir())  # nobody writes them again
+def test_the_rows_are_a_sealed_memfd_found_by_no_path(published: Any) -> None:
+    table, rows = published
+    seals = fcntl.fcntl(rows.fd, fcntl.F_GET_SEALS)
+    assert seals & shared.sealing() == shared.sealing()
+    record = json.loads(rows.handle)
+    assert record["pid"] == os.getpid() and record["digest"] == table.digest
+    assert record["shape"] == list(table.upper.shape)
+    assert os.readlink(f"/proc/self/fd/{rows.fd}").startswith(f"/memfd:{shared.NAME}")
 
 
-def test_a_workers_rows_are_read_only_maps_of_the_servers_files(published: Any, table_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    server, directory = published
+def _tamper(rows: Any) -> list[str]:
+    """Every way the service's own account tried to change the shared rows after the server checked
+    them (issue 55: ``chmod 600`` then an edit of a row file, and all processes answered it); the
+    ways that succeeded."""
+    done = []
+    if isinstance(rows, Path):  # the row files of before: owner-writable after a chmod
+        target = rows / "upper-0.npy"
+        target.chmod(0o600)
+        data = bytearray(target.read_bytes())
+        header = len(data) - int(np.prod(np.load(target, mmap_mode="r").shape)) * 8
+        values = np.frombuffer(bytes(data[header:]), dtype="<f8") * 0.5
+        with open(target, "r+b") as handle:
+            handle.seek(header)
+            handle.write(values.tobytes())
+        return ["chmod and rewrite"]
+    path = f"/proc/self/fd/{rows.fd}"
+    os.chmod(path, 0o600)  # permissions do not matter: the seals do
+    for flags in (os.O_RDWR, os.O_WRONLY):
+        try:
+            fd = os.open(path, flags)
+        except OSError:
+            continue
+        try:
+            os.pwrite(fd, np.zeros(8).tobytes(), 0)
+            done.append("write")
+        except OSError:
+            pass
+        try:
+            os.ftruncate(fd, 0)
+            done.append("truncate")
+        except OSError:
+            pass
+        try:
+            mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            done.append("writable map")
+        except OSError:
+            pass
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)
+        except OSError:
+            pass
+        os.close(fd)
+    return done
+
+
+def test_the_shared_rows_cannot_be_changed_after_the_server_checked_them(table_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 55: the rows under /dev/shm were mode 0400, which does not stop their owner: chmod 600,
+    a row scaled by 0.5, and the server and its workers answered it, certified.  Now every way to
+    write, truncate or map them writable fails, and the answers are unchanged."""
+    expected = answers(open_table(table_path))
+    server = replace(open_table(table_path))
+    rows = shared.publish(server)
+    assert rows is not None, "no shared rows"
+    try:
+        handle = rows.handle if hasattr(rows, "handle") else str(rows)
+        monkeypatch.setattr(pool, "_WORKER_TABLE", None)
+        pool.worker_start(str(table_path), 0, 0, handle)  # a worker started after the server checked them
+        assert _tamper(rows) == []
+        assert answers(server) == expected and answers(pool.worker_table()) == expected
+        assert answers(shared.mapped(open_table(table_path), handle)) == expected  # a worker started later
+    finally:
+        shared.remove(rows)
+
+
+def test_a_workers_rows_are_read_only_maps_of_the_servers_sealed_rows(published: Any, table_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    server, rows = published
     monkeypatch.setattr(pool, "_WORKER_TABLE", None)
-    pool.worker_start(str(table_path), 0, 0, str(directory))  # what each worker runs at its start
+    pool.worker_start(str(table_path), 0, 0, rows.handle)  # what each worker runs at its start
     worker, opened = pool.worker_table(), open_table(table_path)
     assert worker is not opened and worker.digest == opened.digest
     for table in (server, worker):  # the server answers from the same maps
         for name in shared.SURFACES:
             for r in range(opened.upper.shape[0]):
                 row = getattr(table, name).row(r)
-                assert isinstance(row.base, np.memmap) and not row.flags.writeable
-                assert Path(row.base.filename).parent == directory
+                assert _is_mapped(row) and not row.flags.writeable
                 assert bits(row) == bits(getattr(opened, name).row(r))  # bit for bit, NaN lower bounds too
     with pytest.raises(ValueError, match="read-only"):
         worker.upper.row(0)[0, 0, 0] = 0.0
 
 
 def test_answers_from_mapped_rows_equal_those_of_the_opened_table(published: Any, table_path: Path) -> None:
-    server, directory = published
-    worker = shared.mapped(open_table(table_path), directory)
-    assert isinstance(worker.upper.row(0).base, np.memmap)
+    server, rows = published
+    worker = shared.mapped(open_table(table_path), rows.handle)
+    assert _is_mapped(worker.upper.row(0))
     expected = answers(open_table(table_path))
     assert answers(worker) == expected and answers(server) == expected
     for mechanism, params, eps0, n, delta in QUERIES[:2]:  # refined: the estimate read from the rows, certified
@@ -101,49 +171,24 @@ def test_answers_from_mapped_rows_equal_those_of_the_opened_table(published: Any
         assert refined[0] == refined[1]
 
 
-def test_a_directory_of_another_table_or_not_private_is_not_used(published: Any, table_path: Path) -> None:
-    _, directory = published
+def test_rows_of_another_table_unsealed_or_another_file_are_not_used(published: Any, table_path: Path) -> None:
+    _, rows = published
     opened = open_table(table_path)
     other = replace(opened, digest="0" * 64)
-    assert shared.mapped(other, directory) is other  # another table's digest: its own rows, decoded
-    assert shared.mapped(opened, directory / "missing") is opened and shared.mapped(opened, None) is opened
-    directory.chmod(0o750)
+    assert shared.mapped(other, rows.handle) is other  # another table's digest: its own rows, decoded
+    assert shared.mapped(opened, None) is opened
+    record = json.loads(rows.handle)
+    unsealed = os.memfd_create("unsealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        assert shared.mapped(opened, directory) is opened  # others may enter: not trusted
+        os.ftruncate(unsealed, record["size"])
+        info = os.fstat(unsealed)
+        forged = {**record, "fd": unsealed, "dev": info.st_dev, "ino": info.st_ino}
+        assert shared.mapped(opened, json.dumps(forged)) is opened  # writable: never mapped
+        assert shared.mapped(opened, json.dumps({**record, "fd": unsealed})) is opened  # another file
     finally:
-        directory.chmod(0o700)
-    assert shared.mapped(opened, directory) is not opened
-
-
-def test_a_row_file_that_does_not_read_back_as_the_row_is_decoded(published: Any, table_path: Path) -> None:
-    _, directory = published
-    damaged = directory / "upper-1.npy"
-    damaged.chmod(0o600)
-    damaged.unlink()
-    np.save(damaged, np.zeros((2, 2)))
-    worker, opened = shared.mapped(open_table(table_path), directory), open_table(table_path)
-    assert not isinstance(worker.upper.row(1).base, np.memmap) and bits(worker.upper.row(1)) == bits(
-        opened.upper.row(1))
-    assert isinstance(worker.upper.row(0).base, np.memmap)
-
-
-def test_stale_directories_of_dead_servers_are_removed(published: Any) -> None:
-    _, live_dir = published
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    stale = shared.places()[0] / f"{shared.PREFIX}{int(dead.stdout)}-test"
-    stale.mkdir(mode=0o700)
-    (stale / "upper-0.npy").write_bytes(b"x")
-    assert stale in shared.remove_stale()
-    assert not stale.exists() and live_dir.is_dir()  # this process's own directory stays
-    shared.remove(live_dir)
-    assert not live_dir.exists()
-
-
-def _shared_directory(pid: int) -> Path:
-    found = [p for place in shared.places() for p in place.glob(f"{shared.PREFIX}{pid}-*")]
-    assert len(found) == 1, found
-    return found[0]
+        os.close(unsealed)
+    assert shared.mapped(opened, "not json") is opened
+    assert shared.mapped(opened, rows.handle) is not opened
 
 
 def _mapped_files(pid: int) -> set[str]:
@@ -172,13 +217,11 @@ def test_the_service_shares_its_rows_with_its_workers_and_removes_them_at_shutdo
     while not json.loads(get(f"{server.base}/healthz")[1])["workers_ready"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    directory = _shared_directory(server.process.pid)
-    assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
-    files = {str(p) for p in directory.glob("*.npy")}
-    maps = {pid: _mapped_files(pid) & files for pid in _children(server.process.pid)}
-    assert files <= _mapped_files(server.process.pid)  # the server's own rows are these maps
-    assert any(found for found in maps.values()), maps  # the refinement worker warmed up on them
+    memfd = f"/memfd:{shared.NAME} (deleted)"
+    assert memfd in _mapped_files(server.process.pid)  # the server's own rows are these maps
+    maps = {pid: memfd in _mapped_files(pid) for pid in _children(server.process.pid)}
+    assert any(maps.values()), maps  # the refinement worker warmed up on them
+    assert not list(Path("/dev/shm").glob(f"shuffle-eps-rows-{server.process.pid}-*"))  # nothing found by path
     status, body, _ = get(f"{server.base}/v1/eps?mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6&max_slack=0")
     assert status == 200 and json.loads(body)["eps"] > 0
     server.stop()  # SIGTERM: uvicorn's graceful shutdown, the application's lifespan ends
-    assert not directory.exists()

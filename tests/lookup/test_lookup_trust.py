@@ -173,14 +173,40 @@ def test_a_table_signed_by_a_trusted_key_is_trusted(
         table_path: Path, tmp_path: Path, private_cache: Path, keys: tuple[Path, Path],
         monkeypatch: pytest.MonkeyPatch) -> None:
     private, public = keys
-    out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: ds)  # a copy: not pinned, not remembered
+    out = damaged(table_path, tmp_path / "signed.zarr", lambda ds: ds)  # a copy: not pinned
+    digest = trust.listing_digest(read_manifest(out))
+    trust.record_verified(out, digest)  # as tablegen verify --full does: what tablegen sign signs
     result = CliRunner().invoke(tablegen_main, ["sign", str(out), "--key", str(private)])
     assert result.exit_code == 0, result.output
+    trust.forget(digest)  # then remembered by nothing here: the signature alone vouches for it
     assert not store.check_manifest(out)  # the signature sits beside the manifest, not in it
     with pytest.raises(TableError, match="nothing vouches"):
         lookup.open_table(out)
     monkeypatch.setenv(trust.ENV_KEYS, str(public))
     assert lookup.open_table(out).provenance == "signed"
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_tablegen_sign_refuses_a_copy_forged_with_a_matching_manifest(
+        table_path: Path, tmp_path: Path, private_cache: Path, keys: tuple[Path, Path], full: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 55: ``tablegen sign`` signed whatever manifest it found: a copy whose chunks were forged
+    (a row scaled by 0.5) and whose MANIFEST.sha256 was rewritten to match was signed without a
+    word, and a reader trusting the key answered it.  Now it signs only a table this machine
+    vouches for, or says why not (exit 2, one line); ``--full`` recomputes it first and refuses."""
+    private, _ = keys
+    out = damaged(table_path, tmp_path / "forged.zarr", lambda ds: _scaled_row(ds, 0.5))
+    assert not store.check_manifest(out)  # every checksum matches
+    if full:  # a cheap stand-in for the recomputation: its answer for this forgery
+        import tablegen.verify
+        monkeypatch.setattr(tablegen.verify, "verify", lambda *a, **k: ["eps row 0: below the recomputed eps"])
+    result = CliRunner().invoke(tablegen_main, ["sign", str(out), "--key", str(private), *(["--full"] * full)])
+    assert result.exit_code == 2, result.output
+    assert not trust.signature_path(out).exists()
+    message = result.output.strip()
+    assert "\n" not in message and message.startswith("error:") and "not signed" in message
+    if not full:
+        assert "not shipped, built or fully verified on this machine" in message and "--full" in message
 
 
 def test_a_signed_table_changed_after_signing_is_refused(
@@ -211,8 +237,8 @@ def test_a_device_file_signed_by_a_trusted_key_is_vouched_for(table_path: Path, 
     export_device(device, "krr", {}, str(table_path))
     assert lookup.open_table(device).provenance == "built"  # tablegen export records what it wrote
     lookup.table._OPEN.clear()
-    trust.forget(signing.table_digest(device))
     assert CliRunner().invoke(tablegen_main, ["sign", str(device), "--key", str(private)]).exit_code == 0
+    trust.forget(signing.table_digest(device))
     assert (tmp_path / "krr.dev.sig").is_file()
     monkeypatch.setenv(trust.ENV_KEYS, str(public))
     assert lookup.open_table(device).provenance == "signed"

@@ -163,3 +163,17 @@ def test_mechanism_names_in_any_case():
     spec = spec_from_dict({"axes": {"eps0": [0.5, 1.0], "n": [10, 100], "delta": [1e-6]},
                            "mechanism": [{"family": "KRR", "k": 3}]})
     assert [row.family for row in spec.rows] == ["krr"]
+
+
+def test_look_alike_digits_and_tiny_sample_rates_exit_2_naming_the_parameter():
+    """Issue 55: numbers are ASCII only (float() reads '৪' as 4); ``--sample-rate 1e-300`` was a raw
+    traceback (OverflowError)."""
+    base = ["compute", "--mechanism", "krr", "--k", "4", "--eps0", "1", "--n", "10000"]
+    for args, name in (([*base, "--delta", "1e-৪"], "delta"), ([*base[:-4], "--eps0", "৪", "--n", "10000",
+                                                               "--delta", "1e-6"], "eps0"),
+                       ([*base, "--delta", "1e-6", "--sample-rate", "1e-300"], "--sample-rate must lie in [1e-12, 1]")):
+        result = run(*args)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert name in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    result = run("build", "--spec", "x.toml", "--out", "y.zarr", "--workers", "১")
+    assert result.exit_code == 2 and "ASCII digits" in result.stderr

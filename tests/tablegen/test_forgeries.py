@@ -337,3 +337,60 @@ def test_public_keys_are_still_accepted(victim: Path, private_key: Path, tmp_pat
     result = CliRunner().invoke(lookup.cli.main, [*QUERY, "--trusted-key", str(public)])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["certified"] is True
+
+
+# ------------------------------------------------------------------ 5. issue 55: the publish folder swapped
+
+
+def _swap_in_forged_folder(tmp: Path, forged_chunk: bytes) -> None:
+    """The forger who can write the parent (group-writable, no sticky bit): renames the folder
+    being published away and puts its own in its place (mode 0777), with every file the victim
+    wrote so far and one chunk of ``eps`` replaced by its own."""
+    aside = tmp.with_name(tmp.name + ".stolen")
+    os.rename(tmp, aside)
+    shutil.copytree(aside, tmp)
+    os.chmod(tmp, 0o777)
+    chunk = tmp / "eps" / "c" / "0" / "0" / "0" / "0"
+    chunk.unlink()
+    chunk.write_bytes(forged_chunk)
+
+
+def test_a_publish_folder_swapped_before_the_manifest_is_refused(tmp_path: Path, victim: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 55: ``OUT.publish-PID`` (mode 0755 in a parent others can write) was swapped after the
+    chunks were written and before the manifest read them back: the build exited 0, recorded the
+    forged table as built, and ``lookup`` answered its values certified.  Now the digest is of the
+    bytes written, the folder is this account's alone and written by descriptor: the swap is
+    refused and nothing forged is vouched for."""
+    reference = built(tmp_path / "reference.zarr")
+    forged_values = xr.open_zarr(reference).load()
+    forged_values["eps"] = forged_values["eps"] * 0.5
+    forged = tmp_path / "forged.zarr"
+    store.publish(forged_values, forged, compact_variables=store.CERTIFIED_ROUNDING)
+    forged_chunk = (forged / "eps" / "c" / "0" / "0" / "0" / "0").read_bytes()
+    assert exact_krr_delta(eps_values(forged)[CELL]) > DELTA  # the forged cell is below the exact eps
+
+    original_mismatches = store.manifest_mismatches
+    original_manifest = store.write_manifest
+
+    def forger_then(step: object) -> object:
+        def run(tmp: Path, *args: object, **kwargs: object) -> object:
+            if not Path(tmp).with_name(Path(tmp).name + ".stolen").exists():
+                _swap_in_forged_folder(Path(tmp), forged_chunk)
+            return step(tmp, *args, **kwargs)
+        return run
+
+    # the first step after the rows are written: the old code's write_manifest (it read the files
+    # back), the new code's comparison of the disk with the digests of the bytes written
+    monkeypatch.setattr(store, "write_manifest", forger_then(original_manifest))
+    monkeypatch.setattr(store, "manifest_mismatches", forger_then(original_mismatches))
+    out = tmp_path / "t.zarr"
+    try:
+        built(out)
+    except store.StoreError as err:  # refused: nothing published
+        assert "nothing published" in str(err) or "failed verification" in str(err)
+        assert not out.exists()
+    if out.exists():  # published: nothing vouches for it
+        monkeypatch.setattr(lookup.table, "_OPEN", {})
+        with pytest.raises(TableError, match="nothing vouches for it"):
+            lookup.open_table(out)
