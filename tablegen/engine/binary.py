@@ -22,8 +22,9 @@ import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 
 U = 2.0**-53  # unit roundoff of float64
-WINDOW_SDS = 10.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-45)
+WINDOW_SDS = 8.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-30)
 EXACT_MS = 4  # the m whose exact value gives the lower bound
+FIRST_WIDTH = 20000  # past the first EXACT_MS single m, the walk's width starts at n / FIRST_WIDTH
 EXACT_COMB = 2000  # binomial coefficients computed as exact integers up to this many successes
 
 
@@ -159,10 +160,10 @@ def _tilted_law(a: int, b: int, eps0: float, lam: float) -> _Tilted:
 
 
 def _rising_sums(z_lo: np.ndarray, z_hi: np.ndarray, mu: float, base: float, out: float, g_lo: np.ndarray,
-                 g_hi: np.ndarray, closed: bool) -> tuple[np.ndarray, np.ndarray]:
+                 g_hi: np.ndarray, closed: bool, wanted: tuple[bool, bool]) -> tuple[np.ndarray, np.ndarray]:
     """Bounds on sum_k e^(base + mu k) (z(k) - g' e^-mu z(k-1))_+ for z in [z_lo, z_hi] (log-concave), plus
     the mass ``out`` outside the windows (pointwise and in total): lower bounds at each g' of g_hi, upper
-    bounds at each g' of g_lo.
+    bounds at each g' of g_lo (each only where ``wanted``: (lower, upper); else 0 and inf).
 
     The upper sum stops at the first k with z(k+1) <= g' e^-mu z(k), past which a log-concave z has no
     positive term, or at the last k where the support ends there (``closed``); it is inf where neither.
@@ -172,26 +173,33 @@ def _rising_sums(z_lo: np.ndarray, z_hi: np.ndarray, mu: float, base: float, out
     weight = np.exp(np.where(overflow, -np.inf, exponent)) * (1 + 2**-40)
     prev_lo = np.concatenate([[0.0], z_lo[:-1]])
     prev_hi = np.concatenate([[0.0], z_hi[:-1]]) + out
-    lowers, uppers = np.empty(len(g_hi)), np.empty(len(g_lo))
+    want_lower, want_upper = wanted
+    lowers, uppers = np.zeros(len(g_hi)), np.full(len(g_lo), math.inf)
     for idx, (ratio_lo, ratio_hi) in enumerate(zip(g_lo, g_hi, strict=True)):
-        down, up = ratio_lo * math.exp(-mu) * (1 - 16 * U), ratio_hi * math.exp(-mu) * (1 + 16 * U)
-        stop = np.flatnonzero((z_hi[1:] + out) <= down * z_lo[:-1])
-        stop = np.append(stop, len(z_hi) - 1) if closed else stop
-        if len(stop) == 0:
-            uppers[idx] = math.inf
-        else:
-            top = int(stop[0])
-            if overflow[: top + 1].any():
-                uppers[idx] = math.inf
-                continue
-            terms = np.maximum(z_hi[: top + 1] - down * prev_lo[: top + 1], 0.0) * weight[: top + 1]
-            uppers[idx] = (float(np.sum(terms)) + weight[top] * out) * (1 + 2**-30)
-        lowers[idx] = float(np.sum(np.maximum(z_lo - up * prev_hi, 0.0) * weight)) * (1 - 2**-30) / (1 + 2**-39)
+        if want_upper:
+            down = ratio_lo * math.exp(-mu) * (1 - 16 * U)
+            uppers[idx] = _upper_sum(z_lo, z_hi, prev_lo, weight, overflow, out, down, closed)
+        if want_lower:
+            up = ratio_hi * math.exp(-mu) * (1 + 16 * U)
+            lowers[idx] = float(np.sum(np.maximum(z_lo - up * prev_hi, 0.0) * weight)) * (1 - 2**-30) / (1 + 2**-39)
     return lowers, uppers
 
 
-def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.ndarray, direction: int
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def _upper_sum(z_lo: np.ndarray, z_hi: np.ndarray, prev_lo: np.ndarray, weight: np.ndarray, overflow: np.ndarray,
+               out: float, down: float, closed: bool) -> float:
+    """The upper sum of ``_rising_sums`` at one ratio ``down`` (g' e^-mu pushed down): inf where no stop is
+    proved in the window or a weight to sum overflows."""
+    stop = np.flatnonzero((z_hi[1:] + out) <= down * z_lo[:-1])
+    stop = np.append(stop, len(z_hi) - 1) if closed else stop
+    if len(stop) == 0 or overflow[: int(stop[0]) + 1].any():
+        return math.inf
+    top = int(stop[0])
+    terms = np.maximum(z_hi[: top + 1] - down * prev_lo[: top + 1], 0.0) * weight[: top + 1]
+    return (float(np.sum(terms)) + weight[top] * out) * (1 + 2**-30)
+
+
+def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.ndarray, direction: int,
+                      wanted: tuple[bool, bool] = (True, True)) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds (at each g' of g_hi) and upper bounds (at each g' of g_lo) on H_g'(Y || Y + 1)
     (direction +1) or H_g'(Y + 1 || Y) (direction -1) for Y = Bin(a, q) + Bin(b, p), g' >= 1.  The law
     is tilted by e^(lam t), lam = -direction log g_lo[0], which centres it where the terms stop."""
@@ -202,7 +210,7 @@ def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.nd
     else:  # terms f(s) - g' f(s+1) read from the top (W = -Y - 1 has the law of z reversed)
         z_lo, z_hi = law.z_lo[::-1], law.z_hi[::-1]
         base, closed = -lam * (law.start + len(law.z_lo) - 1 - law.t0), law.bottom_is_end
-    lo, hi = _rising_sums(z_lo, z_hi, abs(lam), base, law.out, g_lo, g_hi, closed)
+    lo, hi = _rising_sums(z_lo, z_hi, abs(lam), base, law.out, g_lo, g_hi, closed, wanted)
     scale_lo = math.exp(law.log_anchor - law.anchor_err) * (1 - 2**-30)
     scale_hi = math.exp(law.log_anchor + law.anchor_err) * (1 + 2**-30)
     return lo * scale_lo, hi * scale_hi
@@ -219,12 +227,14 @@ def _prefactor(eps0: float, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return c_lo, c_hi, np.stack([g_lo, g_hi])
 
 
-def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds on max over m in [m1, m2] (m2 <= (n-1)/2) and both directions of delta_m(eps).
+def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int, directions: tuple[int, ...] = (1, -1),
+                   want_upper: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds on max over m in [m1, m2] (m2 <= (n-1)/2) and the ``directions`` of delta_m(eps) (1: target 0
+    vs 1; -1: 1 vs 0).
 
     The lower bound is the exact value's at m1 when m1 == m2 (else 0); the upper bound holds for the
-    whole interval (docs/soundness.md).  delta is 0 at eps >= eps0 (the likelihood ratio is at most
-    e^eps0)."""
+    whole interval (docs/soundness.md), inf unless ``want_upper``.  delta is 0 at eps >= eps0 (the
+    likelihood ratio is at most e^eps0)."""
     eps = np.atleast_1d(np.asarray(eps, dtype=float))
     lower, upper = np.zeros(len(eps)), np.zeros(len(eps))
     inside = eps < eps0
@@ -232,8 +242,8 @@ def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int) -> tu
         return lower, upper
     c_lo, c_hi, (g_lo, g_hi) = _prefactor(eps0, eps[inside])
     a, b = n - 1 - 2 * m2 + m1, m1
-    for direction in (1, -1):
-        lo, hi = shift_divergences(a, b, eps0, g_lo, g_hi, direction)
+    for direction in directions:
+        lo, hi = shift_divergences(a, b, eps0, g_lo, g_hi, direction, (m1 == m2, want_upper))
         lower[inside] = np.maximum(lower[inside], c_lo * lo if m1 == m2 else 0.0)
         upper[inside] = np.maximum(upper[inside], c_hi * hi)
     return lower, upper
@@ -241,13 +251,25 @@ def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int) -> tu
 
 def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int]:
     """Whether eps is certified at delta for every m and both directions, and the number of intervals
-    evaluated.  The intervals are walked from m = 0 up to (n - 1) // 2: a width doubles after an interval
-    whose bound leaves more than half of the margin that m = 0 leaves below delta, and halves after one
-    above delta (which is then retried)."""
+    evaluated (each direction walks [0, (n - 1) // 2] on its own partition: ``_walk``)."""
+    total = 0
+    for direction in (1, -1):
+        ok, count = _walk(n, eps0, eps, delta, direction)
+        total += count
+        if not ok:
+            return False, total
+    return True, total
+
+
+def _walk(n: int, eps0: float, eps: float, delta: float, direction: int) -> tuple[bool, int]:
+    """The intervals of one direction walked from m = 0 up to (n - 1) // 2: single m first, then a width
+    of at least n / FIRST_WIDTH that doubles after an interval whose bound leaves more than half of the
+    margin that m = 0 leaves below delta, and halves after one above delta (which is then retried); a
+    single m above delta ends the walk uncertified."""
     top, m, width, count, grow = (n - 1) // 2, 0, 1, 0, delta
     while m <= top:
         m2 = min(top, m + width - 1)
-        _, upper = interval_delta(n, eps0, np.array([eps]), m, m2)
+        _, upper = interval_delta(n, eps0, np.array([eps]), m, m2, (direction,))
         count += 1
         if upper[0] > delta:
             if m2 == m:
@@ -257,23 +279,28 @@ def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int]
         grow = (upper[0] + delta) / 2 if m == 0 else grow
         m = m2 + 1
         width = 2 * width if upper[0] <= grow else width
+        width = max(width, (n - 1) // FIRST_WIDTH) if m == EXACT_MS else width
     return True, count
 
 
+def _exact_delta_lower(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
+    """A lower bound on the exact delta at each eps: the largest over m = 0 .. EXACT_MS - 1 of the exact
+    delta_m (target 0 vs 1, the direction that dominates near m = 0), proved from below."""
+    return np.max([interval_delta(n, eps0, eps, m, m, (1,), want_upper=False)[0]
+                   for m in range(min(EXACT_MS, (n - 1) // 2 + 1))],
+                  axis=0)
+
+
 def proves_above(n: int, eps0: float, eps: float, delta: float) -> bool:
-    """Whether the exact eps is proved above eps: the exact delta at eps of one of the first EXACT_MS
-    values of m exceeds delta."""
-    return any(interval_delta(n, eps0, np.array([eps]), m, m)[0][0] > delta
-               for m in range(min(EXACT_MS, (n - 1) // 2 + 1)))
+    """Whether the exact eps is proved above eps: the exact delta at eps is proved above delta."""
+    return bool(_exact_delta_lower(n, eps0, np.array([eps]))[0] > delta)
 
 
 def delta_bounds(n: int, eps0: float, eps: float, blanket: float,
                  steps: tuple[float, ...] = (1.02, 1.1, 1.5)) -> tuple[float, float]:
-    """(certified delta, lower bound) at eps: the lower bound is the exact delta of the first EXACT_MS
-    values of m, proved from below; the certified delta the first of ``steps`` times it that every m
-    certifies, else ``blanket`` (an already certified delta)."""
-    lower = max(float(interval_delta(n, eps0, np.array([eps]), m, m)[0][0])
-                for m in range(min(EXACT_MS, (n - 1) // 2 + 1)))
+    """(certified delta, lower bound) at eps: the lower bound is ``_exact_delta_lower``; the certified
+    delta the first of ``steps`` times it that every m certifies, else ``blanket`` (already certified)."""
+    lower = float(_exact_delta_lower(n, eps0, np.array([eps]))[0])
     for step in steps:
         if lower <= 0.0 or lower * step >= blanket:
             break
@@ -283,16 +310,12 @@ def delta_bounds(n: int, eps0: float, eps: float, blanket: float,
 
 
 def exact_lower(n: int, eps0: float, delta: float, bracket: tuple[float, float]) -> float:
-    """A lower bound on the exact eps: the largest eps of two nested grids in ``bracket`` at which the
-    exact delta of one of the first EXACT_MS values of m is proved above delta."""
+    """A lower bound on the exact eps: the largest eps of three nested geometric grids in ``bracket`` at
+    which ``_exact_delta_lower`` is above delta (0 where none is)."""
     lo, hi = bracket
-    for _ in range(2):
-        grid = np.geomspace(lo, hi, 33)
-        best = np.zeros(len(grid))
-        for m in range(min(EXACT_MS, (n - 1) // 2 + 1)):
-            lower, _ = interval_delta(n, eps0, grid, m, m)
-            best = np.maximum(best, lower)
-        above = np.flatnonzero(best > delta)
+    for _ in range(3):
+        grid = np.geomspace(lo, hi, 17)
+        above = np.flatnonzero(_exact_delta_lower(n, eps0, grid) > delta)
         if len(above) == 0:
             return 0.0 if lo == bracket[0] else lo
         j = int(above[-1])
