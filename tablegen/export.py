@@ -246,6 +246,28 @@ def _axis(name: str, values: Sequence[float] | None, check: Any, allowed: str) -
     return sorted({float(v) for v in values})
 
 
+def _binary_points(eps0s: list[float], ns: np.ndarray, deltas: list[float]) -> np.ndarray:
+    """Certified eps [eps0, n, delta] of binary RR from ``tablegen.engine.eps_bounds`` (the exact worst
+    case, docs/soundness.md), point by point, made monotone (``_monotone``) over the n given."""
+    from tablegen.engine import eps_bounds
+
+    values = np.array([[[eps_bounds("krr", eps0=e, n=int(v), delta=d, lower=False, k=2).upper for d in deltas]
+                        for v in ns] for e in eps0s])
+    order = np.argsort(ns, kind="stable")
+    values[:, order] = _monotone(values[:, order])
+    return values
+
+
+def _monotone(values: np.ndarray) -> np.ndarray:
+    """Certified eps [eps0, n, delta] (each axis ascending) made monotone the way a certified value may be
+    carried: one certified at n holds at every larger n, at eps0 at every smaller eps0, at delta at every
+    larger delta (docs/soundness.md, "Facts used"), so running minima along each axis in that direction
+    stay certified.  Binary RR's values sit up to 0.5% above the exact ones by its search step."""
+    values = np.minimum.accumulate(values, axis=1)
+    values = np.minimum.accumulate(values[::-1], axis=0)[::-1]
+    return np.minimum.accumulate(values, axis=2)
+
+
 def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, eps0: Sequence[float],
                       delta: Sequence[float], n_min: float, n_max: float, max_slack: float = MAX_SLACK,
                       lower: bool = True, resolution: float = UPPER_RESOLUTION,
@@ -277,7 +299,10 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
     aim = max_slack - min(LIVE_MARGIN, max_slack / 2)  # what the stored steps are refined to (LIVE_MARGIN)
 
     def compute(ns: np.ndarray) -> np.ndarray:
-        """Certified eps [eps0, n, delta] in float64, one slice per eps0."""
+        """Certified eps [eps0, n, delta] in float64, one slice per eps0 (binary RR: one engine query per
+        point, its exact path; ``_binary_points``)."""
+        if family == "krr" and params.get("k") == 2:
+            return _binary_points(eps0s, ns, deltas)
         return np.stack([eps_slice(mechanism, eps0=e, ns=ns.tolist(), deltas=deltas, resolution=resolution,
                                    **params) for e in eps0s])
 
@@ -295,6 +320,7 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
         exact = np.concatenate([exact, compute(new)], axis=1)
         order = np.argsort(n, kind="stable")
         n, exact = n[order], exact[:, order]
+        exact = _monotone(exact) if family == "krr" and params.get("k") == 2 else exact
     upper = round_float32(exact, up=True)[None]
     lows = np.full_like(exact, np.nan)
     if lower:

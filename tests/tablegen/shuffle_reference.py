@@ -375,3 +375,18 @@ def laplace_lower_stats(eps0: float, eps: float, shift: float) -> tuple[float, f
     positive = tail * (max(g_left - shift, 0) + max(g_right - shift, 0))
     positive += integrate.quad(pos, 0, 1, points=[0.5], epsabs=1e-15, epsrel=1e-12, limit=400)[0]
     return mean, positive
+
+
+def binary_rr_delta(eps0: float, eps: float, n: int) -> float:
+    """Exact delta of binary RR after shuffling: the largest hockey-stick divergence over every count m
+    of ones among the other n - 1 users and both directions, from the counts' own laws (no reduction)."""
+    from scipy.stats import binom
+
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    q, g, worst = 1 - p, math.exp(eps), 0.0
+    for m in range(n):
+        s = np.convolve(binom.pmf(np.arange(n - m), n - 1 - m, q), binom.pmf(np.arange(m + 1), m, p))
+        p0 = np.concatenate([s * p, [0.0]]) + np.concatenate([[0.0], s * q])
+        p1 = np.concatenate([s * q, [0.0]]) + np.concatenate([[0.0], s * p])
+        worst = max(worst, np.maximum(p0 - g * p1, 0).sum(), np.maximum(p1 - g * p0, 0).sum())
+    return float(worst)

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from shuffle_reference import clone_law, exact_delta, krr_upper_law
+from shuffle_reference import binary_rr_delta, clone_law, exact_delta, krr_upper_law
 
 import lookup
 from lookup.device import read_device
@@ -144,7 +144,8 @@ def test_answers_from_a_file_are_at_least_the_exact_eps(tmp_path: Path, family: 
                                                        n_min: int, span: int, delta: list[float],
                                                        queries: list[tuple[float, int, float]]) -> None:
     """Random small deployments and queries: exact delta at the answered eps <= the query's delta,
-    i.e. the exact eps is at most the answer (delta is non-increasing in eps)."""
+    i.e. the exact eps is at most the answer (delta is non-increasing in eps).  Exact: the blanket law's
+    for k-RR k >= 3 and the generic clone (the analyses the engine certifies), every dataset's for k = 2."""
     params = {"k": k} if family == "krr" else {}
     out = tmp_path / "h.dev"
     export_deployment(out, family, params, eps0=eps0, delta=delta, n_min=n_min, n_max=n_min + span,
@@ -157,4 +158,22 @@ def test_answers_from_a_file_are_at_least_the_exact_eps(tmp_path: Path, family: 
         lo, hi = math.log(stored["delta"][0]), math.log(0.5)
         d = min(max(math.exp(lo + where * (hi - lo)), stored["delta"][0]), 0.5)  # exp(log(x)) may fall below x
         answer = device.eps(params, e0, n, d)
-        assert exact_delta(*LAWS[family](e0, answer, params), n) <= d + ABS, (family, params, e0, n, d, answer)
+        exact = (binary_rr_delta(e0, answer, n) if params.get("k") == 2  # binary RR: the exact worst case
+                 else exact_delta(*LAWS[family](e0, answer, params), n))
+        assert exact <= d + ABS, (family, params, e0, n, d, answer)
+
+
+def test_binary_rr_device_file_stores_the_exact_path(tmp_path: Path) -> None:
+    """k = 2: every stored eps certifies the exact worst case over datasets (enumeration of every m and
+    both directions), within 1% of it, is monotone in n, and lies below the blanket bound's slice."""
+    out = tmp_path / "k2.dev"
+    export_deployment(out, "krr", {"k": 2}, eps0=[1.0], delta=[1e-4], n_min=40, n_max=60, max_slack=0.02, lower=False)
+    device = read_device(str(out))
+    ns = device.header["n"]
+    values = [device.eps({"k": 2}, 1.0, n, 1e-4) for n in ns]
+    blanket = eps_slice("krr", eps0=1.0, ns=ns, deltas=[1e-4], k=2)[:, 0]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:], strict=False))  # non-increasing in n
+    for n, v, top in zip(ns, values, blanket, strict=True):
+        assert binary_rr_delta(1.0, v, n) <= 1e-4 + ABS  # certified
+        assert binary_rr_delta(1.0, v / 1.01, n) > 1e-4  # within 1% of the exact eps
+        assert v < top  # tighter than the blanket bound
