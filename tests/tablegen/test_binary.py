@@ -8,8 +8,10 @@ The exact values come from the neighbouring counts themselves, T = Bin(n-1-m, q)
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 from math import comb
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -170,3 +172,20 @@ def test_delta_bounds_bracket_the_exact_worst_case(n: int, beta: int, g: Fractio
     b = delta_bounds("krr", eps0=math.log(beta), n=n, eps=math.log(g), k=2)
     assert b.lower <= exact * (1 + 1e-12) and b.upper >= exact * (1 - 1e-12)
     assert b.upper <= exact * 1.03
+
+
+def test_the_side_by_side_quoted_in_the_docs_is_current() -> None:
+    """docs/mechanisms.md's k = 2 table (n up to 1e5): ours and our lower bound as eps_bounds gives them now
+    (6 digits quoted), the blanket column as the engine gives it without the exact path."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "mechanisms.md").read_text()
+    cell, ratio = r"([\d.]+)", r"([\d.]+) \(\S+\)"
+    rows = re.findall(rf"^\| (\d) \| (1e[45]) \| {cell} \| {ratio} \| {ratio} \| {cell} \|$", page, re.M)
+    assert len(rows) == 6
+    with pytest.MonkeyPatch.context() as patch:
+        for eps0, n, _, blanket, ours, lower in rows:
+            b = eps_bounds("krr", eps0=float(eps0), n=int(float(n)), delta=1e-8, k=2)
+            assert b.upper == pytest.approx(float(ours), rel=1e-5) and b.lower == pytest.approx(float(lower), rel=1e-5)
+            patch.setattr(binary, "applies", lambda q: False)
+            assert eps_bounds("krr", eps0=float(eps0), n=int(float(n)), delta=1e-8, k=2).upper == pytest.approx(
+                float(blanket), rel=1e-5)
+            patch.undo()
