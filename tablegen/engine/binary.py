@@ -24,6 +24,7 @@ from scipy.fft import irfft, next_fast_len, rfft
 U = 2.0**-53  # unit roundoff of float64
 WINDOW_SDS = 8.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-30)
 EXACT_MS = 4  # the m whose exact value gives the lower bound
+RETRIES = 4  # certifications at one step after a worse single m raised the lower bound
 FIRST_WIDTH = 20000  # past the first EXACT_MS single m, the walk's width starts at n / FIRST_WIDTH
 EXACT_COMB = 2000  # binomial coefficients computed as exact integers up to this many successes
 
@@ -249,38 +250,40 @@ def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int, direc
     return lower, upper
 
 
-def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int]:
-    """Whether eps is certified at delta for every m and both directions, and the number of intervals
-    evaluated (each direction walks [0, (n - 1) // 2] on its own partition: ``_walk``)."""
+def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int, float]:
+    """Whether eps is certified at delta for every m and both directions, the number of intervals
+    evaluated (each direction walks [0, (n - 1) // 2] on its own partition: ``_walk``), and where a
+    single m was above delta, the exact delta there proved from below (a lower bound on the exact
+    delta at eps; else 0)."""
     total = 0
     for direction in (1, -1):
-        ok, count = _walk(n, eps0, eps, delta, direction)
+        ok, count, exact = _walk(n, eps0, eps, delta, direction)
         total += count
         if not ok:
-            return False, total
-    return True, total
+            return False, total, exact
+    return True, total, 0.0
 
 
-def _walk(n: int, eps0: float, eps: float, delta: float, direction: int) -> tuple[bool, int]:
+def _walk(n: int, eps0: float, eps: float, delta: float, direction: int) -> tuple[bool, int, float]:
     """The intervals of one direction walked from m = 0 up to (n - 1) // 2: single m first, then a width
     of at least n / FIRST_WIDTH that doubles after an interval whose bound leaves more than half of the
     margin that m = 0 leaves below delta, and halves after one above delta (which is then retried); a
-    single m above delta ends the walk uncertified."""
+    single m above delta ends the walk uncertified, with its exact delta proved from below."""
     top, m, width, count, grow = (n - 1) // 2, 0, 1, 0, delta
     while m <= top:
         m2 = min(top, m + width - 1)
-        _, upper = interval_delta(n, eps0, np.array([eps]), m, m2, (direction,))
+        lower, upper = interval_delta(n, eps0, np.array([eps]), m, m2, (direction,))
         count += 1
         if upper[0] > delta:
             if m2 == m:
-                return False, count
+                return False, count, float(lower[0])
             width = max(1, width // 2)
             continue
         grow = (upper[0] + delta) / 2 if m == 0 else grow
         m = m2 + 1
         width = 2 * width if upper[0] <= grow else width
         width = max(width, (n - 1) // FIRST_WIDTH) if m == EXACT_MS else width
-    return True, count
+    return True, count, 0.0
 
 
 def _exact_delta_lower(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
@@ -298,14 +301,20 @@ def proves_above(n: int, eps0: float, eps: float, delta: float) -> bool:
 
 def delta_bounds(n: int, eps0: float, eps: float, blanket: float,
                  steps: tuple[float, ...] = (1.02, 1.1, 1.5)) -> tuple[float, float]:
-    """(certified delta, lower bound) at eps: the lower bound is ``_exact_delta_lower``; the certified
-    delta the first of ``steps`` times it that every m certifies, else ``blanket`` (already certified)."""
+    """(certified delta, lower bound) at eps: the lower bound is ``_exact_delta_lower``, raised to the
+    exact delta of any single m that a certification finds above its target; the certified delta the
+    first of ``steps`` times the lower bound that every m certifies, else ``blanket`` (already certified)."""
     lower = float(_exact_delta_lower(n, eps0, np.array([eps]))[0])
     for step in steps:
-        if lower <= 0.0 or lower * step >= blanket:
-            break
-        if certifies(n, eps0, eps, lower * step)[0]:
-            return lower * step, lower
+        for _ in range(RETRIES):
+            if lower <= 0.0 or lower * step >= blanket:
+                return blanket, lower
+            ok, _, exact = certifies(n, eps0, eps, lower * step)
+            if ok:
+                return lower * step, lower
+            if exact <= lower:
+                break
+            lower = exact  # a worse m than the first EXACT_MS: try the same step above it
     return blanket, lower
 
 
@@ -328,18 +337,24 @@ def exact_lower(n: int, eps0: float, delta: float, bracket: tuple[float, float])
 def eps_bounds(n: int, eps0: float, delta: float, bracket: tuple[float, float],
                steps: tuple[float, ...] = (0.005, 0.01, 0.03, 0.1)) -> BinaryBounds:
     """Certified eps of shuffled binary RR within the first of ``steps`` (relative, above the exact
-    lower bound) that certifies, else the bracket's upper end (an already certified eps)."""
+    lower bound) that certifies, else the bracket's upper end (an already certified eps).  Where a
+    certification finds a single m whose exact delta at the trial eps is above delta, the exact eps is
+    proved above the trial: the lower bound rises to it and the same step is tried again."""
     low_bracket, high_bracket = bracket
     if high_bracket <= 0.0:
         return BinaryBounds(high_bracket, low_bracket, 0)
     lower = exact_lower(n, eps0, delta, (max(low_bracket * 0.999, high_bracket * 1e-4), high_bracket))
     total = 0
     for step in steps:
-        trial = lower * (1 + step)
-        if trial >= high_bracket:
-            break
-        ok, count = certifies(n, eps0, trial, delta)
-        total += count
-        if ok:
-            return BinaryBounds(trial, max(lower, low_bracket), total)
+        for _ in range(RETRIES):
+            trial = lower * (1 + step)
+            if trial >= high_bracket:
+                return BinaryBounds(high_bracket, max(lower, low_bracket), total)
+            ok, count, exact = certifies(n, eps0, trial, delta)
+            total += count
+            if ok:
+                return BinaryBounds(trial, max(lower, low_bracket), total)
+            if exact <= delta:
+                break
+            lower = trial  # some m's exact delta at trial is above delta: its exact eps is above trial
     return BinaryBounds(high_bracket, max(lower, low_bracket), total)
