@@ -24,6 +24,7 @@ import numpy as np
 from lookup import live as live_engine
 from lookup import refine, rules
 from lookup.device import chord, locate
+from lookup.format import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT
 from lookup.table import Table, TableError, open_table
 
 MAX_SLACK = 0.02  # default: table answers estimated more than 2% above the live value are refined
@@ -458,11 +459,6 @@ def _numbers(name: str, value: Any) -> np.ndarray:
     return array
 
 
-N_LIMIT = 10**18  # the largest n answered anywhere: tablegen.limits.N_LIMIT, the live engine's (a test checks)
-EPS0_MIN = 1e-6  # the smallest eps0 answered anywhere: tablegen.limits.EPS0_MIN (a test checks)
-# eps0's minimum as every message and help text states it, lookup's and the engine's (the page's
-# too, lookup/static/index.html: a test checks)
-EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"
 # comparisons only (NaN fails them, a < inf is finiteness), so the same test serves a Python float
 # without building an array (the scalar hot path) and an array
 DOMAIN = {

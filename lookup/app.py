@@ -53,6 +53,7 @@ from lookup import live as live_engine
 from lookup import shared, slices
 from lookup.api import EPS0_MIN, KEYS, finite, json_ready, loose, mechanism_name, parse_max_slack, parse_number
 from lookup.device import canonical
+from lookup.format import MECHANISM_PARAMS
 from lookup.lru import LRU
 from lookup.params import HELP, query_arguments
 from lookup.pool import REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
@@ -657,12 +658,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     return app
 
 
-MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # -> (required, optional) parameters
-    "krr": (("k",), ()), "generic": ((), ("delta0",)), "generic-closed-form": ((), ()), "blh": ((), ("domain",)),
-    "olh": ((), ("g", "domain")), "rappor": ((), ("domain",)), "oue": ((), ("domain",)), "hr": ((), ("domain",)),
-    "laplace": ((), ()), "finite": (("matrix",), ()), "joint": (("base",), ("parts", "k", "g")),
-    "parallel": (("bases", "weights"), ("k", "g")),
-}  # the engine's registry (tablegen.mechanisms) and the closed form: a test keeps them equal
+MECHANISMS = MECHANISM_PARAMS
 NUMBERS = {  # the query numbers' schemas: the ranges lookup.api.DOMAIN and the engine's limits check
     "eps0": ("local privacy parameter", {"type": "number", "minimum": EPS0_MIN, "maximum": 40}),
     "n": ("number of users, an integer (1e6 accepted)", {"type": "number", "minimum": 1, "maximum": 1e18,

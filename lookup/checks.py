@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import CAP_RTOL, MONOTONE_ATOL, MONOTONE_RTOL
+from lookup.format import CAP_RTOL, MONOTONE_ATOL, MONOTONE_RTOL, canonical_params
 
 # the tolerances (defined once in lookup.device, whose standard-library reader checks the same):
 # MONOTONE_RTOL = 0.03, the largest stored step against the exact eps's monotonicity (2.46% measured,
@@ -124,13 +124,6 @@ def _json_attribute(attrs: dict[str, Any], name: str) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise DamagedTable(f"the {name} attribute is not a JSON object")
     return value
-
-
-def canonical_params(params: dict[str, Any]) -> str:
-    """Parameters as sorted JSON, None dropped, integral floats as ints (10.0 == 10)."""
-    clean = {k: (int(v) if isinstance(v, float) and v.is_integer() else v)
-             for k, v in params.items() if v is not None}
-    return json.dumps(clean, sort_keys=True)
 
 
 def _first_difference(got: list[Any], want: list[Any]) -> str:

@@ -1,5 +1,5 @@
 """Device files: one mechanism family of a table in one compact file, readable with the Python
-standard library alone (this module imports nothing else at load).  The format, byte by byte,
+standard library alone (this module imports only ``lookup.format`` at load).  The format, byte by byte,
 and the C99 reader beside this one (``lookup/c/``): docs/device-format.md.
 
 Layout (all little-endian)::
@@ -48,23 +48,29 @@ import sys
 from array import array
 from typing import Any, BinaryIO
 
-MAGIC = b"SHEPSDV1"
-FORMAT = 2
-FORMATS = (1, 2)  # readable here: 1, the re-serialised checksum (``checksum_v1``); 2, the byte-exact one
-FLOAT_SLACK = 1e-12  # as lookup.rules: the chord's rounding pushed up
-DIGEST_KEY = b',"sha256":"'  # format 2: the header ends with DIGEST_KEY + 64 hex digits + b'"}'
-DIGEST_TAIL = b'"}'
-# the invariants' tolerances, here (standard library only) and in lookup.checks (numpy), which
-# imports them: MONOTONE_RTOL measured on the shipped table (2.46% at most, lookup/checks.py)
-MONOTONE_RTOL = 0.03
-MONOTONE_ATOL = 1e-7
-CAP_RTOL = 2.0**-11
-# bounded reading: the largest export of the default table, its whole k-RR family, is 82 MB with a header
-# of 4.7 KB; a computed deployment's header 13 KB (1,765 stored n).  256 MiB: lookup.reader's limit per file
-MAX_HEADER_BYTES = 1 << 20
-MAX_FILE_BYTES = 256 << 20
-# what a signature of a device file signs (signed_message): this, then the family, rows and digest lines
-SIGNED = b"shuffle-eps device file 2\n"
+
+def _format() -> Any:
+    """``lookup.format``; where the lookup package cannot load (this file used alone, without
+    numpy), ``format.py`` beside this file."""
+    try:
+        from lookup import format as shared
+    except ImportError:
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "format.py")
+        spec = importlib.util.spec_from_file_location("shuffle_eps_format", path)
+        shared = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(shared)
+    return shared
+
+
+_shared = _format()
+MAGIC, FORMAT, FORMATS = _shared.MAGIC, _shared.FORMAT, _shared.FORMATS
+FLOAT_SLACK = _shared.FLOAT_SLACK  # the chord's rounding pushed up (``chord``)
+DIGEST_KEY, DIGEST_TAIL = _shared.DIGEST_KEY, _shared.DIGEST_TAIL
+MONOTONE_RTOL, MONOTONE_ATOL, CAP_RTOL = _shared.MONOTONE_RTOL, _shared.MONOTONE_ATOL, _shared.CAP_RTOL
+MAX_HEADER_BYTES, MAX_FILE_BYTES = _shared.MAX_HEADER_BYTES, _shared.MAX_FILE_BYTES
+SIGNED = _shared.SIGNED_DEVICE  # what a signature of a device file signs (signed_message) begins so
+canonical, chord_eps, chord_weight = _shared.canonical, _shared.chord_eps, _shared.chord_weight
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
@@ -143,7 +149,7 @@ def locate(eps0_axis: list[float], n_axis: list[float], delta_axis: list[float],
     lo, t = hi, 0.0
     if delta < delta_axis[hi]:
         lo = hi - 1
-        t = (delta_axis[hi] - delta) / (delta_axis[hi] - delta_axis[lo])
+        t = chord_weight(delta_axis[lo], delta_axis[hi], delta)
     edge = eps0 < eps0_axis[0] or n > n_axis[-1] or delta > delta_axis[-1]
     return Cell(e, bisect.bisect_right(eps0_axis, eps0) - 1, j, bisect.bisect_left(n_axis, n), lo, hi, t, edge)
 
@@ -153,16 +159,7 @@ def chord(value: Any, cell: Cell) -> float:
     ``value(d)`` is the certified eps at grid delta index d."""
     if cell.t == 0.0:
         return value(cell.hi)
-    x = cell.t * math.expm1(value(cell.lo)) + (1 - cell.t) * math.expm1(value(cell.hi))
-    return math.log1p(x) * (1 + FLOAT_SLACK)
-
-
-def canonical(value: Any) -> str:
-    """Canonical JSON (sorted keys, no spaces; integral floats as ints for parameters)."""
-    if isinstance(value, dict):
-        value = {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in value.items()
-                 if v is not None}
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return chord_eps(cell.t, value(cell.lo), value(cell.hi))
 
 
 def checksum_v1(header: dict[str, Any], payload: bytes) -> str:

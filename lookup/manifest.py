@@ -9,12 +9,10 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-MANIFEST = "MANIFEST.sha256"
-SIGNATURE = "SIGNATURE.ed25519"  # optional, beside the manifest: an Ed25519 signature of it (lookup.trust)
-UNLISTED = (MANIFEST, SIGNATURE)  # the files of a store its manifest does not list
-# bounded reading (issue 43): a table of R rows lists 2 R + 17 files, the default table 59 (21 rows) in 4.9 KB
-MAX_LISTED_FILES = 4096
-MAX_MANIFEST_BYTES = 1 << 20
+from lookup.format import MANIFEST, MAX_LISTED_FILES, MAX_MANIFEST_BYTES, SIGNATURE, UNLISTED
+
+__all__ = ["MANIFEST", "MAX_LISTED_FILES", "MAX_MANIFEST_BYTES", "SIGNATURE", "UNLISTED", "TableError",
+           "parse_manifest", "read_at_most", "read_manifest"]
 
 
 class TableError(ValueError):

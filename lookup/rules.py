@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FLOAT_SLACK
+from lookup.chord import chord_eps
+from lookup.format import FLOAT_SLACK, UNIT_ROUNDOFF
 from lookup.table import Table
-
-UNIT_ROUNDOFF = 2.0**-53
 
 
 @dataclass(frozen=True)
@@ -128,16 +127,6 @@ def delta_bracket(grid: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.n
     query (the largest above the grid), lo = hi on a grid delta or above the grid, else hi - 1."""
     hi = np.minimum(np.searchsorted(grid, delta, side="left"), grid.size - 1)
     return np.where(grid[hi] > delta, np.maximum(hi - 1, 0), hi), hi
-
-
-def chord_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_large: np.ndarray,
-              delta: np.ndarray) -> np.ndarray:
-    """eps on the chord in (e^eps, delta) through (e^u_small, d_small), (e^u_large, d_large)
-    at ``delta`` in [d_small, d_large], rounded up."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(d_large > d_small, (d_large - delta) / (d_large - d_small), 0.0)
-    x_minus_one = t * np.expm1(u_small) + (1 - t) * np.expm1(u_large)
-    return np.where(t == 0, u_large, np.log1p(x_minus_one) * (1 + FLOAT_SLACK))
 
 
 def log_log_eps(u_small: np.ndarray, u_large: np.ndarray, d_small: np.ndarray, d_large: np.ndarray,

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from lookup.device import read_device
+from lookup.format import listing_digest
 from lookup.manifest import read_manifest
-from lookup.trust import SIGNED, atomic_write, listing_digest, signature_path, vouched_here
+from lookup.trust import SIGNED, atomic_write, signature_path, vouched_here
 
 
 def table_digest(path: str | Path) -> str:

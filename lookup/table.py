@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from lookup import checks
-from lookup.checks import canonical_params
+from lookup.format import canonical_params
 from lookup.manifest import MANIFEST, UNLISTED, TableError, read_manifest
 
 ENV_TABLE = "SHUFFLE_EPS_TABLE"
@@ -301,8 +301,8 @@ def manifest_mismatches(store: Path, listed: dict[str, str],
 def _load_table(path: str, group: Any) -> Table:
     """The Table of a store's group: axes and labels read now, ``eps`` and ``eps_lower`` row by
     row when a row is first used (a zarr group, the fallback, is decoded whole here as before)."""
+    from lookup.format import listing_digest
     from lookup.reader import StoreGroup
-    from lookup.trust import listing_digest
 
     eps, eps_lower = group["eps"], group["eps_lower"]
     if eps.shape != eps_lower.shape:

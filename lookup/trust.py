@@ -58,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lookup.format import SIGNED_TABLE, listing_digest  # noqa: F401  (lookup.trust.listing_digest)
 from lookup.manifest import SIGNATURE, TableError
 
 # SHA-256 of the manifest listing (``listing_digest``) of each table this package ships
@@ -67,7 +68,7 @@ PINNED = {
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
 ENV_KEYS = "SHUFFLE_EPS_TRUSTED_KEYS"
-SIGNED = b"shuffle-eps table digest "  # the signed message: this prefix, then the digest's hex digits
+SIGNED = SIGNED_TABLE  # the signed message: this prefix, then the digest's hex digits
 SECRET = "secret"  # in the cache home: the per-user HMAC key of the records (mode 0600)
 SPOT_MIN = 64  # random cells checked on every open of a table that is not shipped, at least ...
 SPOT_SECONDS = 1.0  # ... and more while this time lasts
@@ -121,13 +122,6 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644, durable
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def listing_digest(listed: dict[str, str]) -> str:
-    """SHA-256 of a manifest listing (relative path -> SHA-256 of the file) in its canonical
-    text, one ``digest  path`` line per file sorted by path: it fixes every file's content."""
-    text = "".join(f"{digest}  {rel}\n" for rel, digest in sorted(listed.items()))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def provenance(path: str | Path, digest: str, message: bytes | None = None) -> tuple[str | None, str]:

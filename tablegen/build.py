@@ -401,9 +401,10 @@ def _sign_vouched(out: Path, sign_key: str | Path) -> Path:
     of its files as read and checked against its manifest in one pass (``lookup.trust.vouched_here``:
     shipped, built or fully verified here), so that a copy with the same spec header but other
     values is never signed with the operator's key; ``store.StoreError`` otherwise."""
+    from lookup.format import listing_digest
     from lookup.signing import sign
     from lookup.table import TableError, read_verified_listing
-    from lookup.trust import listing_digest, vouched_here
+    from lookup.trust import vouched_here
 
     try:
         digest = listing_digest(read_verified_listing(out)[1])

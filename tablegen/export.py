@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FORMAT, digest_in, encode
-from lookup.table import Table, canonical_params, open_table
+from lookup.device import digest_in, encode
+from lookup.format import FORMAT, canonical_params
+from lookup.table import Table, open_table
 from lookup.trust import atomic_write, record_built
 from tablegen import ENGINE_VERSION, __version__
 from tablegen.limits import EPS0_MIN, EPS0_MIN_TEXT

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from lookup.format import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT  # noqa: F401  (tablegen.limits.X)
 from tablegen import validate
 
 # the engine evaluates n up to N_MAX itself: beyond, the spectral path's period K (about 20 sd of
@@ -43,8 +44,8 @@ N_MAX = 10**12
 # the tables stop at 1e9 and are not affected
 CLOSED_FORM_N = 10**9
 # n above N_MAX is answered by the two bounds above up to N_LIMIT (the closed-form bounds keep
-# log M exact to its own size, so n times its error stays far below 1e-3, and n fits an int64)
-N_LIMIT = 10**18
+# log M exact to its own size, so n times its error stays far below 1e-3, and n fits an int64):
+# N_LIMIT, lookup.format's
 # the engine evaluates eps0 up to EPS0_MAX itself: a sweep of 500 queries (10 families, eps0 up to
 # 20, n 2 to 1e12, delta 1e-8 and 1e-300, with lower bounds) answered all in at most 16.2 s and
 # 758 MB.  Beyond it is not swept, and its answers stop being informative for several families
@@ -61,9 +62,8 @@ EPS0_LIMIT = 40.0
 # loses e^eps0 - 1 as eps0 falls (measured 2026-11-26, generic and binary k-RR at n = 1 against the
 # exact eps = log1p(expm1(eps0) - delta (e^eps0 + 1)), delta 1e-300: 0.2% below it at eps0 = 1e-13,
 # 1.2% at 1e-14, 1e-9 of it from 1e-16 on; exact to 1e-9 relative from 1e-12 up).  1e-6 keeps six
-# orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6)
-EPS0_MIN = 1e-6
-EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"  # how every message states it: lookup.api.EPS0_MIN_TEXT (a test keeps them equal)
+# orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6): EPS0_MIN and
+# EPS0_MIN_TEXT, lookup.format's
 # eps0 itself is answered above EPS0_MAX when the lower bound is at least (1 - EPS0_NEAR) eps0
 EPS0_NEAR = 0.01
 # k of k-RR, g of OLH and the finite domain size (tablegen/mechanisms/frequency.py): k = 1e8 took at

@@ -66,7 +66,8 @@ from typing import Any
 import numpy as np
 
 from lookup import trust
-from lookup.manifest import MANIFEST, SIGNATURE, read_manifest
+from lookup.format import MANIFEST, SIGNATURE
+from lookup.manifest import read_manifest
 from lookup.reader import read_bounded
 from lookup.table import manifest_mismatches, store_files
 from lookup.trust import atomic_write  # the one writer of whole files (exclusive temporary, renamed)
@@ -690,7 +691,7 @@ def _publish_with(out: str | Path, write: Callable[[Any], None], sign_key: str |
     fails.  Returns the digest of the listing written: computed from the bytes written, in memory,
     never read back, so a folder or file swapped in by someone who can write beside ``out`` is
     refused here (its files differ from the listing) and, published, is vouched for by nothing."""
-    from lookup.trust import listing_digest
+    from lookup.format import listing_digest
 
     out = Path(out)
     _clear_leftovers(out)

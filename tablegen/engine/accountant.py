@@ -25,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from lookup.chord import chord_eps as _chord
+from lookup.format import UNIT_ROUNDOFF
 from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine import binary, closed_form, spectral
 from tablegen.engine import lower as spectral_lower
-from tablegen.engine.fourier import UNIT_ROUNDOFF, log_expected_positive_part
+from tablegen.engine.fourier import log_expected_positive_part
 from tablegen.engine.lattice import (
     AtomLaw,
     Grid,
@@ -41,7 +43,7 @@ from tablegen.engine.search import shrink_bracket
 from tablegen.limits import CellBudget
 from tablegen.mechanisms import Mechanism, get_mechanism
 
-RESOLUTION = 20.0  # lattice cells per standard deviation of G, upper bound
+RESOLUTION = spectral.RESOLUTION  # lattice cells per standard deviation of G, upper bound
 LOWER_RESOLUTION = 60.0  # finer for the lower bound, which pays for the rounding noise
 # the lower bound's finer lattices where the bound is still growing (refined_lower): 4 and 16 times
 # finer, windows of at most 2^18 cells (a few ms; comb-like sums at small n, where it matters)
@@ -714,15 +716,13 @@ def _refine(a: float, da: float, b: float, db: float, delta: float, rtol: float,
 
 def chord_eps(a: Any, da: Any, b: Any, db: Any, delta: Any) -> Any:
     """eps where the chord from (e^a, da) to (e^b, db) in (alpha, delta) meets delta (<= b; b
-    where da is not finite or not above db); floats or arrays (elementwise).
-
-    Pushed up by a relative 1e-12 for the rounding of these few operations."""
+    where da is not finite or not above db); floats or arrays (elementwise).  The one chord
+    rule, ``lookup.chord.chord_eps``, capped at the certified b."""
     a, da, b, db, delta = (np.asarray(x, dtype=float) for x in (a, da, b, db, delta))
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        alpha_a, alpha_b = np.exp(a), np.exp(b)
-        alpha = alpha_a + (da - delta) * (alpha_b - alpha_a) / (da - db)
-        chord = np.minimum(b, np.log(alpha) * (1 + 1e-12) + 1e-300)
-    out = np.where(np.isfinite(da) & (da > db), chord, b)
+    bracket = np.isfinite(da) & (da > db)
+    with np.errstate(invalid="ignore", over="ignore"):
+        chord = np.minimum(b, _chord(b, np.where(bracket, a, b), db, np.where(bracket, da, db), delta))
+    out = np.where(bracket, chord, b)
     return float(out) if out.ndim == 0 else out
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from lookup.format import UNIT_ROUNDOFF as U
 from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine import closed_form
@@ -35,7 +36,6 @@ DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64
 MAX_ORDERS = 1024
 ORDER_MAX = 1e6  # the largest order (alpha (alpha - 1) overflows near 1.3e154; dp-accounting's largest is 1024)
 SWAP_PUSH = 2.0**-40  # relative push of a swapped lower pair (_FftLower.curve)
-U = 2.0**-53
 TAIL = 1e-200  # below this the profile is also bounded by Chernoff in log space (no underflow)
 GAP_TOL = 1e-2  # refine until chord and step bounds differ by < 1% of D_alpha for every order
 GAP_SHARE = 64  # an interval is refined when it alone holds more than GAP_TOL / GAP_SHARE
