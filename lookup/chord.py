@@ -1,5 +1,5 @@
 """The conservative chord rule of ``lookup.format.chord_eps``, vectorised with numpy: the one rule
-that lookup's answers (``lookup.rules``) and the engine's brackets (``tablegen.engine``) apply.
+that lookup's answers (``lookup.answer.rules``) and the engine's brackets (``tablegen.engine``) apply.
 Why it is certified: docs/soundness.md."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ MECHANISM_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 UNIT_ROUNDOFF = 2.0**-53  # of float64
 FLOAT_SLACK = 1e-12  # relative: the chord's few roundings (log1p/expm1 keep them relative) pushed outward
 
-# the invariants of a stored surface (lookup.checks with numpy, lookup.device without)
+# the invariants of a stored surface (lookup.store.checks with numpy, lookup.device.files without)
 MONOTONE_RTOL = 0.03  # the largest stored step against the exact eps's monotonicity (docs/lookup.md)
 MONOTONE_ATOL = 1e-7  # eps this small says nothing by its relative step
 CAP_RTOL = 2.0**-11  # eps <= eps0 up to float32 rounding
@@ -54,6 +54,10 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_FILE_BYTES = 256 << 20
 SIGNED_DEVICE = b"shuffle-eps device file 2\n"  # begins what a device file's signature signs
 SIGNED_TABLE = b"shuffle-eps table digest "  # a table's signature signs this, then the digest's hex digits
+
+
+class TableError(ValueError):
+    """A table that is missing, corrupted, tampered with, or does not cover a query."""
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in _ALL}
 
 
 def get_mechanism(name: str) -> Mechanism:
-    """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.api.mechanism_name``
+    """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.answer.api.mechanism_name``
     reads it); ValueError suggesting the closest known name otherwise (the known names include the
     multi-message protocols, which have their own accounting)."""
     from tablegen.protocols.accounting import PROTOCOLS

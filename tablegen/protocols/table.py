@@ -7,7 +7,7 @@ resumable: each (protocol, eps) slice is written to ``OUT.staging/`` atomically 
 with the HMAC of its values (``store.slice_mac``: the per-user secret of the trust records), and a
 rerun of the same spec computes only the missing slices; a staging store or slice not made here
 (``store.claim_staging``, no valid HMAC) is recomputed, the log saying so.  A published table is
-recorded as built on this machine (``lookup.trust.record_built``, by the digest ``store.publish``
+recorded as built on this machine (``lookup.trust.origin.record_built``, by the digest ``store.publish``
 returns), every value in it computed here, so ``lookup.calibrate`` answers from it here
 (docs/trust.md).  Spec::
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.trust import read_small, record_built
+from lookup.trust.origin import read_small, record_built
 from tablegen import __version__, store
 from tablegen.build import progress_bar
 from tablegen.protocols.accounting import PROTOCOLS, VERSION, calibrate
@@ -110,7 +110,7 @@ def _build_locked(axes: dict[str, Any], spec_path: str | Path, out: Path, progre
     values = values.reshape(len(PROTOCOLS), axes["eps"].size, axes["n"].size, axes["delta"].size)
     digest = store.publish(_dataset(values, axes, spec, header,
                                     f"tablegen build-calibration --spec {spec_path} --out {out}"), out)
-    record_built(out, digest)  # lookup.trust: the digest of what publish wrote, never re-read from out
+    record_built(out, digest)  # lookup.trust.origin: the digest of what publish wrote, never re-read from out
     store.remove_staging(staging)
     return {"out": str(out), "cells": int(values.size), "computed": len(todo), "skipped": len(slices) - len(todo),
             "without_p": int(np.isnan(values).sum())}

@@ -79,7 +79,7 @@ def test_a_forged_calibration_table_is_refused_or_labelled_uncertified(tmp_path:
 
     from click.testing import CliRunner
 
-    from lookup.cli import main as lookup_main
+    from lookup.cli.commands import main as lookup_main
 
     forged = _forged_copy(tmp_path / "forged.zarr")
     with pytest.raises(lookup.TableError, match="refused, nothing vouches.*built on this machine"):
