@@ -539,7 +539,7 @@ def verify(store_path: str, sample: int, seed: int, full: bool) -> None:
 def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> None:
     """Table of the calibrated p of the binary-sum and histogram protocols (published atomically;
     an interrupted build resumes, computing only the missing (protocol, eps) slices)."""
-    from tablegen.protocols.table import build_calibration as build_table
+    from tablegen.calibration import build_calibration as build_table
 
     try:
         result = build_table(spec_path, out, progress=progress, fresh=fresh)

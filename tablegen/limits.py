@@ -3,7 +3,7 @@
 An input inside the limits below is answered in bounded memory and time; one outside them is
 refused with a ``ValueError`` naming the parameter and its allowed range before anything large
 is allocated.  Two extensions answer beyond the engine's own range, each with a certified
-value (docs/engine.md and docs/soundness.md; ``engine/accountant.py`` applies them):
+value (docs/engine.md and docs/soundness.md; ``engine/bounds.py`` applies them):
 
 * ``n > N_MAX`` (up to ``N_LIMIT``): the exact eps is non-increasing in n (a further user's
   report, shuffled in, is a post-processing), so the engine's certified value at ``N_MAX`` is
@@ -51,7 +51,7 @@ CLOSED_FORM_N = 10**9
 # 758 MB.  Beyond it is not swept, and its answers stop being informative for several families
 # (HR / BLH certify only eps0 itself at eps0 = 20 for n <= 1e9; Laplace at eps0 = 24, n = 1e6:
 # eps0 with the lower bound 2.6), while the k-RR-like ones reach eps0 itself, which the few-users
-# bound proves without any lattice (FarEps0 in engine/accountant.py)
+# bound proves without any lattice (FarEps0 in engine/bounds.py)
 EPS0_MAX = 20.0
 # above EPS0_MAX only eps0 itself is answered, up to EPS0_LIMIT: the mechanisms' laws are built in
 # doubles, and complements such as RAPPOR's 1 - h/(h + 1) (h = e^(eps0/2)) carry a relative error
@@ -175,7 +175,7 @@ def minimum_eps0(eps0: float) -> float:
 
 def engine_eps0(eps0: float) -> float:
     """eps0 as a float in [EPS0_MIN, EPS0_MAX], the engine's own range (ValueError naming eps0 and
-    the range otherwise; the public functions answer some eps0 above it first, ``accountant.py``)."""
+    the range otherwise; the public functions answer some eps0 above it first, ``bounds.py``)."""
     value = minimum_eps0(eps0)
     if value > EPS0_MAX:
         raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_MAX:g}] for the live engine, got eps0={eps0!r}")

@@ -27,7 +27,7 @@ from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine import closed_form
 from tablegen.engine import lower as spectral_lower
-from tablegen.engine.accountant import FLOAT_SLACK, SPECTRAL_COMPONENTS, Query, delta_of_decomposition
+from tablegen.engine.bounds import FLOAT_SLACK, SPECTRAL_COMPONENTS, Query, delta_of_decomposition
 from tablegen.mechanisms import Mechanism
 
 # dp-accounting's RdpAccountant default orders (DEFAULT_RDP_ORDERS in
@@ -42,7 +42,7 @@ GAP_SHARE = 64  # an interval is refined when it alone holds more than GAP_TOL /
 REFINE_ROUNDS = 8
 REFINE_POINTS = 96  # new points per round at most (one vectorised profile evaluation each)
 # FFT-path work for profile points the spectral path declines (large eps0): past it the engine
-# answers E[G_+] there, the n = 1 value, still an upper bound for every n (accountant.py)
+# answers E[G_+] there, the n = 1 value, still an upper bound for every n (bounds.py)
 UPPER_FFT_CELLS = 2 * 10**6
 LOWER_POINTS = 100  # the lower bound's grid: at most this many of the upper grid's points
 LOWER_FFT_CELLS = 2 * 10**6  # FFT-path work for lower points the spectral path declines (< 1 s)
@@ -252,7 +252,7 @@ class _FftLower:
         self.q, self.priority = q, priority
         self.budget = limits.CellBudget(total=LOWER_FFT_CELLS)
         laws = {_key(d) for d in q.lower} | {_key(_swapped(d)) for d in q.lower}
-        # no FFT lower bound beyond CLOSED_FORM_N (accountant.py, delta_of_lower_pair)
+        # no FFT lower bound beyond CLOSED_FORM_N (bounds.py, delta_of_lower_pair)
         self.per_law = max(1, LOWER_FFT_CALLS // len(laws)) if q.n <= limits.CLOSED_FORM_N else 0
         self.done: dict[bytes, np.ndarray] = {}
 

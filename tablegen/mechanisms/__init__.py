@@ -7,7 +7,7 @@ pairs) as functions of eps0, listed in ``_ALL`` below.
 from __future__ import annotations
 
 from tablegen.mechanisms.base import Mechanism, Param
-from tablegen.mechanisms.composition import JOINT, PARALLEL
+from tablegen.mechanisms.combined import JOINT, PARALLEL
 from tablegen.mechanisms.finite import FINITE
 from tablegen.mechanisms.frequency import MECHANISMS as FREQUENCY_ORACLES
 from tablegen.mechanisms.generic import GENERIC

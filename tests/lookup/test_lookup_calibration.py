@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookup
+from tablegen.calibration import build_calibration
 from tablegen.protocols.accounting import calibrate as live_calibrate
 from tablegen.protocols.accounting import delta_bounds
-from tablegen.protocols.table import build_calibration
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,8 @@ from lookup.store.manifest import MANIFEST, TableError, read_manifest
 from lookup.trust import origin as trust
 from tablegen import build as builder
 from tablegen import store
+from tablegen.calibration import build_calibration
 from tablegen.export import export_device
-from tablegen.protocols.table import build_calibration
 from tablegen.spec import spec_from_dict
 from tablegen.verify import verify
 
