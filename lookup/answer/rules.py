@@ -69,7 +69,7 @@ def rows(table: Table, mechanism: str, params: dict[str, Any]) -> Rows | None:
     """The rows answering ``mechanism`` with ``params``; None when the table has none.
 
     A k-RR query with a k between the table's k values is answered from the largest grid k
-    below it, because the exact delta(eps) of k-RR (the blanket analysis, general-clone-fft.txt
+    below it, because the exact delta(eps) of k-RR (the blanket analysis, arXiv:2504.07414
     Example 4.0) is non-increasing in k, hence so is eps(delta).  Proof: with beta = e^eps0,
     alpha = e^eps and p_k = 1/(beta + k - 1), G_k takes beta - alpha and 1 - alpha beta with
     probability p_k each, 1 - alpha with (k - 2) p_k and 0 otherwise.  Going from k to k + 1

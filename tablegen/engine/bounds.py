@@ -1,9 +1,10 @@
-"""Certified delta(eps), eps(delta) and eps0_max for a mechanism (general-clone-fft.txt Thm 4).
+"""Certified delta(eps), eps(delta) and eps0_max for a mechanism (arXiv:2504.07414 Thm 4;
+docs/engine.md, docs/soundness.md).
 
     delta(eps) = (1/n) E[(G_1 + ... + G_n)_+]
 
 with G from the mechanism's decompositions; the certified value is the largest over its
-upper decompositions (plus, for approximate-DP randomizers, hiding-among-the-clones.txt
+upper decompositions (plus, for approximate-DP randomizers, arXiv:2012.12803
 Theorem 3.8's n delta0 term), the lower bound the largest over its lower-bound pairs.
 
 eps(delta): delta(eps) is non-increasing with delta(eps0) = 0, so the certified eps is the
@@ -184,8 +185,8 @@ class Query:
                  resolution: float = RESOLUTION, lower_resolution: float = LOWER_RESOLUTION,
                  spectral: bool = True, budget: CellBudget | None = None) -> None:
         self.spectral = spectral  # False: every upper bound on the FFT path (table builds)
-        # the FFT-path cells this query may use (limits.CellBudget); table builds on the FFT path
-        # (spectral=False, curve.py) are sized by their spec instead
+        # the FFT-path cells this query may use (limits.CellBudget); FFT-path evaluations with
+        # spectral=False are sized by their caller instead
         self.budget = budget if budget is not None or not spectral else CellBudget()
         self.resolution = validate.positive_finite("resolution", resolution)
         self.lower_resolution = validate.positive_finite("lower_resolution", lower_resolution)
