@@ -2,7 +2,7 @@
 
 The tables live in ``data/`` at the top of the repository (where ``tablegen build`` writes
 them); a wheel or an install from source gets a copy of every published ``data/*.zarr`` as
-``lookup/_data/*.zarr``, where ``lookup.table.shipped_table`` finds it.  An editable install
+``lookup/_data/*.zarr``, where ``lookup.store.table.shipped_table`` finds it.  An editable install
 reads ``data/`` in place.  Everything else is declared in ``pyproject.toml``.
 """
 

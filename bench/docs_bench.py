@@ -46,7 +46,7 @@ def plot_commands(doc: Path = PLOTS) -> list[list[str]]:
 
 
 def plots(args: argparse.Namespace) -> list[str]:
-    from lookup.cli import main as lookup_main
+    from lookup.cli.commands import main as lookup_main
 
     written = []
     for command in plot_commands():

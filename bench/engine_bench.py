@@ -164,7 +164,8 @@ def sweep(args: argparse.Namespace) -> list[str]:
 
 
 def paths(args: argparse.Namespace) -> list[str]:
-    from tablegen.engine import accountant, eps_bounds
+    from tablegen.engine import bounds as accountant
+    from tablegen.engine import eps_bounds
     from tablegen.engine.spectral import delta_upper
     from tablegen.mechanisms import get_mechanism
 

@@ -21,7 +21,7 @@ Parts (``python -m bench lookup [--only PART ...] [--quick] [--table PATH]``):
 * ``lower``: the lower bound of the table alone and of the default route against the live lower bound
   (``--lower`` random queries), and whether each lies within the engine's own gap of it.
 * ``trust``: a custom table (a copy of ``--table`` with one row raised by 0.1%, its own manifest, so not
-  pinned): its first open in a fresh process (spot-certified, ``lookup/trust.py``) and later opens
+  pinned): its first open in a fresh process (spot-certified, ``lookup/trust/origin.py``) and later opens
   (remembered), against the pinned table's open, each a process answering one query.
 * ``serve``: ``lookup serve --no-access-log`` on a free loopback port, asyncio clients with one keep-alive
   HTTP/1.1 connection each: (1) ``--clients`` connections asking table answers for ``--seconds``:
@@ -151,13 +151,13 @@ def _measure(t: Any, queries: list[tuple], max_slack: float) -> list[dict[str, A
     """Per query: table-only answer, the default route (cold cache, timed) and the live
     certified value (``eps_bounds`` upper)."""
     import lookup
-    import lookup.live
+    import lookup.answer.live
     from tablegen.engine import eps_bounds
 
     records = []
     for family, params, eps0, n, delta in queries:
         table = lookup.eps(family, eps0=eps0, n=n, delta=delta, table=t, max_slack=None, **params)
-        lookup.live._MEMORY.clear()
+        lookup.answer.live._MEMORY.clear()
         start = time.perf_counter()
         route = lookup.eps(family, eps0=eps0, n=n, delta=delta, table=t, max_slack=max_slack, **params)
         route_s = time.perf_counter() - start
@@ -270,7 +270,7 @@ def inverse(args: argparse.Namespace) -> list[str]:
     """``lookup.eps0_max`` and ``lookup.delta`` (default route) against the engine, then the engine's
     ``eps0_max`` timed per family."""
     import lookup
-    import lookup.live
+    import lookup.answer.live
     from tablegen.engine import delta_bounds, eps0_max
 
     t = lookup.open_table(args.table)
@@ -279,7 +279,7 @@ def inverse(args: argparse.Namespace) -> list[str]:
     budget, delta, sources = [], [], []
     for family, params, eps0, n, d in _random_queries(t, count, rng, False):
         eps = float(lookup.eps(family, eps0=eps0, n=n, delta=d, table=t, max_slack=None, **params).value)
-        lookup.live._MEMORY.clear()
+        lookup.answer.live._MEMORY.clear()
         a = lookup.eps0_max(family, eps=eps, n=n, delta=d, table=t, **params)
         budget.append(a.value / eps0_max(family, eps=eps, n=n, delta=d, **params) - 1)
         sources.append(a.source)
@@ -348,7 +348,7 @@ def trust(args: argparse.Namespace) -> list[str]:
     """The first and later opens of a custom (not pinned) copy of ``--table``."""
     import xarray as xr
 
-    from lookup.trust import ENV_CACHE
+    from lookup.trust.origin import ENV_CACHE
     from tablegen import store
 
     code = ("import lookup; t = lookup.open_table({!r}); "

@@ -27,7 +27,7 @@ hand so that the generator costs little CPU beside the server):
   questions the refined fraction at the first, second and later askings; the server's refinement,
   slice, queue and error metrics at the end; the RSS and PSS of the server over time and of its
   worker processes (its descendants) at most (PSS counts a page shared by k processes 1/k: the
-  table's rows, mapped by all of them, ``lookup/shared.py``);
+  table's rows, mapped by all of them, ``lookup/service/shared.py``);
 * slow: 260 connections trickling one byte every 2 s and 256 silent ones, while a probe asks
   table questions and /healthz (the status counts and latency percentiles of the probe).
 
@@ -103,7 +103,7 @@ def rss_mb(pid: int) -> float:
 
 def pss_mb(pid: int) -> float:
     """A process's proportional share of resident memory in MB: each page shared by k processes
-    (the table's rows mapped by the server and its workers, lookup/shared.py) counted 1/k (NaN once
+    (the table's rows mapped by the server and its workers, lookup/service/shared.py) counted 1/k (NaN once
     it is gone or where the kernel has no smaps_rollup)."""
     return _proc_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
@@ -344,7 +344,8 @@ def against_engine(checks: list[Check]) -> str:
 def _binary_against_blanket(sampled: dict[str, list]) -> list[str]:
     """The sample again with k-RR k = 2 held against the blanket bound, the analysis the table's k = 2 row
     still holds (the live engine certifies k = 2 at the exact worst case, 20-40% lower: issue 54)."""
-    from tablegen.engine import accountant, binary
+    from tablegen.engine import binary
+    from tablegen.engine import bounds as accountant
 
     checks = []
     applies, binary.applies = binary.applies, (lambda query: False)
@@ -403,7 +404,7 @@ def askings(rows: list[tuple[Ask, dict, int]]) -> str:
 
 
 def load(args: argparse.Namespace) -> list[str]:
-    from lookup.api import default_table
+    from lookup.answer.api import default_table
 
     table = default_table()
     weights, mix = MIXES[args.mix]

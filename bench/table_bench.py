@@ -18,7 +18,7 @@ Parts (``python -m bench table [--only PART ...] [--quick]``):
   in (log eps0, log n, log delta) onto dense axes, capped at eps0: smooth like a dense build, NOT certified;
   lower bounds 0.99 eps on every 4th eps0 and 10th n up to 1e6) published in the compact store at
   ``--bits`` mantissa bits (and float64 with ``--float64``): store size (eps and eps_lower apart), publish
-  time, the reader's open in a fresh process (``lookup.table.open_store``: manifest and decoding, no
+  time, the reader's open in a fresh process (``lookup.store.table.open_store``: manifest and decoding, no
   provenance, since nothing vouches for synthetic values; time, peak RSS), scalar ``lookup.eps`` p50 / p90
   over 20,000 random in-grid queries, and the same queries on ``data/default.zarr``.
 * ``publish``: the client's publish of a finished staging store (``build.publish``, whole process:
@@ -28,7 +28,7 @@ Parts (``python -m bench table [--only PART ...] [--quick]``):
 * ``device``: ``tablegen export --device`` of three deployments (k-RR k = 10 at eps0 1.37, n 1e3..1e8,
   deltas 1e-8, 1e-6; generic at eps0 2.2, n 1e4..1e9, delta 1e-9; Laplace at eps0 1, n 1e3..1e8, delta
   1e-8) at each ``--slacks`` value, whole processes: size, stored n, worst slack, wall, peak RSS; then the
-  max-slack 0.5% files' answers (``lookup.device``) against the live certified value at ``--queries``
+  max-slack 0.5% files' answers (``lookup.device.files``) against the live certified value at ``--queries``
   random n (target: within [1, 1.005]).
 """
 
@@ -205,7 +205,7 @@ def _scalar_latency(path: Path, count: int, trusted: bool = True) -> tuple[float
     where ``trusted``, else read by the reader alone (``open_store``: its manifest checked, no
     provenance or spot checks; for synthetic values nothing vouches for)."""
     import lookup
-    from lookup.table import _load_table, open_store
+    from lookup.store.table import _load_table, open_store
 
     t = lookup.open_table(path) if trusted else open_store(path, _load_table, "")
     family, params = t.families[1], t.params[1]
@@ -234,7 +234,7 @@ def store(args: argparse.Namespace) -> list[str]:
     forms = [(f"float32, {b} mantissa bits, rounded up / down", b) for b in args.bits]
     forms += [("float64 (before the compact store)", None)] if args.float64 else []
     rows = []
-    # the synthetic tables are vouched for by nothing (lookup.trust refuses them at a spot check): they
+    # the synthetic tables are vouched for by nothing (lookup.trust.origin refuses them at a spot check): they
     # are read by the reader alone (open_store), so the times are the reader's, without provenance
     with tempfile.TemporaryDirectory() as root:
         for name, bits in forms:
@@ -245,7 +245,7 @@ def store(args: argparse.Namespace) -> list[str]:
             else:
                 stores.publish(ds, out, stores.CERTIFIED_ROUNDING, bits)
             written = time.perf_counter() - start
-            opened = common.child([sys.executable, "-c", "from lookup.table import _load_table, open_store; "
+            opened = common.child([sys.executable, "-c", "from lookup.store.table import _load_table, open_store; "
                                    f"open_store({str(out)!r}, _load_table, '')"])
             p50, p90 = _scalar_latency(out, count, trusted=False)
             rows.append([name, f"{_size(out) / 1e6:.2f}", f"{_size(out / 'eps') / 1e6:.2f}",
@@ -270,7 +270,7 @@ def _export(out: Path, family: str, params: dict, eps0: float, n_min: float, n_m
 
 
 def device(args: argparse.Namespace) -> list[str]:
-    from lookup.device import read_device
+    from lookup.device.files import read_device
     from tablegen.engine import eps_bounds
 
     slacks = [0.005] if args.quick else args.slacks

@@ -98,7 +98,7 @@ def init_worker(gib: float, cell_timeout: float) -> None:
 
 def compute(cell: tuple[str, str, dict, float, int, float]) -> dict:
     case, mech, params, eps0, n, delta = cell
-    from tablegen.engine.accountant import eps_bounds
+    from tablegen.engine.bounds import eps_bounds
 
     out = {"key": key(case, eps0, n, delta), "case": case, "eps0": eps0, "n": n, "delta": delta}
     t0 = time.perf_counter()

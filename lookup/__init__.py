@@ -5,12 +5,12 @@
     a.value, a.lower, a.source, a.slack
 
 Imports numpy only (numcodecs when a table is opened: not zarr, nor the whole table; see
-lookup/table.py); the engine is imported lazily for live answers.
+lookup/store/table.py); the engine is imported lazily for live answers.
 """
 
-from lookup.api import Answer, delta, eps, eps0_max
-from lookup.calibration import calibrate
-from lookup.table import Table, TableError, open_table
+from lookup.answer.api import Answer, delta, eps, eps0_max
+from lookup.answer.calibration import calibrate
+from lookup.store.table import Table, TableError, open_table
 
 __version__ = "0.1.0"
 __all__ = ["Answer", "Table", "TableError", "calibrate", "delta", "eps", "eps0_max", "open_table"]

@@ -346,7 +346,7 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
     else a LocalCluster with ``workers`` single-threaded worker processes (default: this machine's
     cores); workers=0 computes in this process without dask.  One build per ``out`` at a time
     (``store.build_lock``).  ``sign_key``: an Ed25519 private key (PEM) that signs the published
-    table (``lookup.trust``), also when it is already up to date.
+    table (``lookup.trust.origin``), also when it is already up to date.
     """
     out = Path(out)
     connect = functools.partial(_connected, client, scheduler, workers, log, security)
@@ -398,12 +398,13 @@ def _build_locked(spec: Spec, out: Path, connect: Callable[[], Any], in_process:
 
 def _sign_vouched(out: Path, sign_key: str | Path) -> Path:
     """Sign the table at ``out`` (already up to date) only where this machine vouches for the digest
-    of its files as read and checked against its manifest in one pass (``lookup.trust.vouched_here``:
+    of its files as read and checked against its manifest in one pass (``lookup.trust.origin.vouched_here``:
     shipped, built or fully verified here), so that a copy with the same spec header but other
     values is never signed with the operator's key; ``store.StoreError`` otherwise."""
-    from lookup.signing import sign
-    from lookup.table import TableError, read_verified_listing
-    from lookup.trust import listing_digest, vouched_here
+    from lookup.format import listing_digest
+    from lookup.store.signing import sign
+    from lookup.store.table import TableError, read_verified_listing
+    from lookup.trust.origin import vouched_here
 
     try:
         digest = listing_digest(read_verified_listing(out)[1])
@@ -419,12 +420,12 @@ def _sign_vouched(out: Path, sign_key: str | Path) -> Path:
 def publish(spec: Spec, staging: Path, out: Path, history: str, sign_key: str | Path | None = None) -> None:
     """Publish the finished staging store as the table at ``out``, one mechanism row at a time
     (``store.publish_rows``: the client holds one row of one variable, whatever the row count),
-    and record it as built on this machine (``lookup.trust.record_built``, by the digest of the
+    and record it as built on this machine (``lookup.trust.origin.record_built``, by the digest of the
     bytes written) so that ``lookup`` answers from it here: every value published was read with
     its HMAC verified (``store.slice_reader``), i.e. computed by this machine's build."""
     import dask.array
 
-    from lookup.trust import record_built
+    from lookup.trust.origin import record_built
 
     chunks = (1, *spec.shape[1:])
     lazy = {name: dask.array.zeros(spec.shape, chunks=chunks, dtype="f8") for name in store.VARIABLES}

@@ -19,10 +19,10 @@ from typing import Any
 
 import click
 
-from lookup.api import parse_number as _number
-from lookup.extras import CommandGroup
-from lookup.output import emit
-from lookup.params import ascii_number_type, click_options, mechanism_option, parse_params
+from lookup.answer.api import parse_number as _number
+from lookup.answer.params import ascii_number_type, click_options, mechanism_option, parse_params
+from lookup.cli.extras import CommandGroup
+from lookup.cli.output import emit
 from tablegen import __version__
 from tablegen.limits import EPS0_MIN_TEXT
 
@@ -50,7 +50,7 @@ def _sample_rate(text: str | None) -> float:
 
 
 def mechanism_options(func: Any) -> Any:
-    """--mechanism, its parameters (lookup/params.py), --p, --n and --json."""
+    """--mechanism, its parameters (lookup/answer/params.py), --p, --n and --json."""
     for option in reversed(AFTER_PARAMS):
         func = option(func)
     return MECHANISM(click_options(func))
@@ -489,8 +489,8 @@ def build(spec_path: str, out: str, scheduler: str | None, tls_ca_file: str | No
 def sign(path: str, key_file: str, full: bool) -> None:
     """Sign a published table or a device file this machine vouches for (shipped, built or fully
     verified here; --full verifies it first): readers trusting the key answer from it."""
-    from lookup.signing import NotVouched, sign_vouched
-    from lookup.table import TableError
+    from lookup.store.signing import NotVouched, sign_vouched
+    from lookup.store.table import TableError
 
     try:
         if full and Path(path).is_dir():
@@ -539,7 +539,7 @@ def verify(store_path: str, sample: int, seed: int, full: bool) -> None:
 def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> None:
     """Table of the calibrated p of the binary-sum and histogram protocols (published atomically;
     an interrupted build resumes, computing only the missing (protocol, eps) slices)."""
-    from tablegen.protocols.table import build_calibration as build_table
+    from tablegen.calibration import build_calibration as build_table
 
     try:
         result = build_table(spec_path, out, progress=progress, fresh=fresh)
@@ -578,7 +578,7 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
     deltas exactly, n from --n-min to --n-max spaced so that two stored n are within --max-slack
     (float32, eps rounded up, lower bounds down); or, with --cut/--table, one family of a table
     cut to the deployment.  Reports size, axes, worst slack and time."""
-    from lookup.table import TableError
+    from lookup.store.table import TableError
     from tablegen.export import MAX_SLACK, export_deployment, export_device
 
     def numbers(name: str, text: str | None) -> list[float] | None:

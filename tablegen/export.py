@@ -1,6 +1,6 @@
 """``tablegen export --device``: the numbers one deployment needs, as a compact device file.
 
-The layout is documented in ``lookup/device.py`` (which reads it with the standard library) and,
+The layout is documented in ``lookup/device/files.py`` (which reads it with the standard library) and,
 byte by byte, in docs/device-format.md.  Two ways to fill it:
 
 * ``export_deployment`` (the default of the command): computed with the slice engine for the
@@ -18,7 +18,7 @@ byte by byte, in docs/device-format.md.  Two ways to fill it:
   is certified whichever two are kept; the bracketing pair gives the table's own answer).
 
 Certified eps are rounded UP to float32 and lower bounds DOWN (``store.round_float32``); the
-exported surfaces are the monotone ones of ``lookup.table``, so a reader needs no preprocessing.
+exported surfaces are the monotone ones of ``lookup.store.table``, so a reader needs no preprocessing.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from lookup.device import FORMAT, digest_in, encode
-from lookup.table import Table, canonical_params, open_table
-from lookup.trust import atomic_write, record_built
+from lookup.device.files import digest_in, encode
+from lookup.format import FORMAT, canonical_params
+from lookup.store.table import Table, open_table
+from lookup.trust.origin import atomic_write, record_built
 from tablegen import ENGINE_VERSION, __version__
 from tablegen.limits import EPS0_MIN, EPS0_MIN_TEXT
 from tablegen.store import round_float32
@@ -148,8 +149,8 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
         "cut": {"eps0": _numbers(eps0), "n_min": _number(n_min), "n_max": _number(n_max), "delta": _numbers(delta)},
         "source": {k: t.attrs.get(k) for k in ("title", "spec_sha256", "engine_version", "date_created")},
     }
-    # recorded as built only from a table lookup.trust vouched for (a Table made in Python, e.g. by
-    # lookup.table.from_arrays, is certified by nobody)
+    # recorded as built only from a table lookup.trust.origin vouched for (a Table made in Python, e.g. by
+    # lookup.store.table.from_arrays, is certified by nobody)
     header_bytes, out = _write(out, header, upper, lower, record=t.vouched and t.certified)
     slack, where, excess = worst_slack(upper)
     return {
@@ -165,13 +166,13 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
 
 def _write(out: str | Path, header: dict[str, Any], upper: np.ndarray, lower: np.ndarray,
            record: bool = True) -> tuple[int, Path]:
-    """Write a device file (format 2, sealed by ``lookup.device.encode``) atomically: a reader
+    """Write a device file (format 2, sealed by ``lookup.device.files.encode``) atomically: a reader
     never sees a half-written file, and nothing planted beside ``out`` is written through
-    (``lookup.trust.atomic_write``: a new temporary file, created exclusively, renamed); returns
+    (``lookup.trust.origin.atomic_write``: a new temporary file, created exclusively, renamed); returns
     the header's length and the path.  With ``record`` (values from a trusted table or the
-    engine), the SHA-256 of the bytes written is recorded as built here (``lookup.trust``)."""
+    engine), the SHA-256 of the bytes written is recorded as built here (``lookup.trust.origin``)."""
     payload = upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()
-    data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device)
+    data = encode(header, payload)  # the header with its SHA-256 last, as format 2 has it (lookup.device.files)
     (header_bytes,) = struct.unpack_from("<I", data, 8)
     out = Path(out)
     atomic_write(out, data)

@@ -3,7 +3,7 @@
 An input inside the limits below is answered in bounded memory and time; one outside them is
 refused with a ``ValueError`` naming the parameter and its allowed range before anything large
 is allocated.  Two extensions answer beyond the engine's own range, each with a certified
-value (docs/engine.md and docs/soundness.md; ``engine/accountant.py`` applies them):
+value (docs/engine.md and docs/soundness.md; ``engine/bounds.py`` applies them):
 
 * ``n > N_MAX`` (up to ``N_LIMIT``): the exact eps is non-increasing in n (a further user's
   report, shuffled in, is a post-processing), so the engine's certified value at ``N_MAX`` is
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from lookup.format import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT  # noqa: F401  (tablegen.limits.X)
 from tablegen import validate
 
 # the engine evaluates n up to N_MAX itself: beyond, the spectral path's period K (about 20 sd of
@@ -43,14 +44,14 @@ N_MAX = 10**12
 # the tables stop at 1e9 and are not affected
 CLOSED_FORM_N = 10**9
 # n above N_MAX is answered by the two bounds above up to N_LIMIT (the closed-form bounds keep
-# log M exact to its own size, so n times its error stays far below 1e-3, and n fits an int64)
-N_LIMIT = 10**18
+# log M exact to its own size, so n times its error stays far below 1e-3, and n fits an int64):
+# N_LIMIT, lookup.format's
 # the engine evaluates eps0 up to EPS0_MAX itself: a sweep of 500 queries (10 families, eps0 up to
 # 20, n 2 to 1e12, delta 1e-8 and 1e-300, with lower bounds) answered all in at most 16.2 s and
 # 758 MB.  Beyond it is not swept, and its answers stop being informative for several families
 # (HR / BLH certify only eps0 itself at eps0 = 20 for n <= 1e9; Laplace at eps0 = 24, n = 1e6:
 # eps0 with the lower bound 2.6), while the k-RR-like ones reach eps0 itself, which the few-users
-# bound proves without any lattice (FarEps0 in engine/accountant.py)
+# bound proves without any lattice (FarEps0 in engine/bounds.py)
 EPS0_MAX = 20.0
 # above EPS0_MAX only eps0 itself is answered, up to EPS0_LIMIT: the mechanisms' laws are built in
 # doubles, and complements such as RAPPOR's 1 - h/(h + 1) (h = e^(eps0/2)) carry a relative error
@@ -61,9 +62,8 @@ EPS0_LIMIT = 40.0
 # loses e^eps0 - 1 as eps0 falls (measured 2026-11-26, generic and binary k-RR at n = 1 against the
 # exact eps = log1p(expm1(eps0) - delta (e^eps0 + 1)), delta 1e-300: 0.2% below it at eps0 = 1e-13,
 # 1.2% at 1e-14, 1e-9 of it from 1e-16 on; exact to 1e-9 relative from 1e-12 up).  1e-6 keeps six
-# orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6)
-EPS0_MIN = 1e-6
-EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"  # how every message states it: lookup.api.EPS0_MIN_TEXT (a test keeps them equal)
+# orders of margin, and an eps0 below it is of no practical use (eps < eps0 < 1e-6): EPS0_MIN and
+# EPS0_MIN_TEXT, lookup.format's
 # eps0 itself is answered above EPS0_MAX when the lower bound is at least (1 - EPS0_NEAR) eps0
 EPS0_NEAR = 0.01
 # k of k-RR, g of OLH and the finite domain size (tablegen/mechanisms/frequency.py): k = 1e8 took at
@@ -175,7 +175,7 @@ def minimum_eps0(eps0: float) -> float:
 
 def engine_eps0(eps0: float) -> float:
     """eps0 as a float in [EPS0_MIN, EPS0_MAX], the engine's own range (ValueError naming eps0 and
-    the range otherwise; the public functions answer some eps0 above it first, ``accountant.py``)."""
+    the range otherwise; the public functions answer some eps0 above it first, ``bounds.py``)."""
     value = minimum_eps0(eps0)
     if value > EPS0_MAX:
         raise ValueError(f"eps0 must be in [{EPS0_MIN:g}, {EPS0_MAX:g}] for the live engine, got eps0={eps0!r}")

@@ -65,11 +65,12 @@ from typing import Any
 
 import numpy as np
 
-from lookup import trust
-from lookup.manifest import MANIFEST, SIGNATURE, read_manifest
-from lookup.reader import read_bounded
-from lookup.table import manifest_mismatches, store_files
-from lookup.trust import atomic_write  # the one writer of whole files (exclusive temporary, renamed)
+from lookup.format import MANIFEST, SIGNATURE
+from lookup.store.manifest import read_manifest
+from lookup.store.reader import read_bounded
+from lookup.store.table import manifest_mismatches, store_files
+from lookup.trust import origin as trust
+from lookup.trust.origin import atomic_write  # the one writer of whole files (exclusive temporary, renamed)
 from tablegen import SAME_CERTIFIED_EPS
 
 CELLS = "cells.zarr"
@@ -143,7 +144,7 @@ def claim_staging(out: str | Path, header: dict[str, Any], setup: Callable[[Path
 
 def made_here(staging: Path) -> bool:
     """Whether ``staging`` is a directory of this user's alone (not a link, owned by this user,
-    writable by no one else) whose stamp carries the HMAC of this user's secret (``lookup.trust``)."""
+    writable by no one else) whose stamp carries the HMAC of this user's secret (``lookup.trust.origin``)."""
     try:
         info = os.lstat(staging)
         owned = not hasattr(os, "getuid") or info.st_uid == os.getuid()
@@ -182,7 +183,7 @@ def slice_authentic(stamp: dict[str, Any], cell: tuple[int, int], name: str, val
 
 
 def staging_mac(text: str) -> str:
-    """HMAC-SHA256 of ``text`` with the per-user secret of the trust records (``lookup.trust.secret``),
+    """HMAC-SHA256 of ``text`` with the per-user secret of the trust records (``lookup.trust.origin.secret``),
     or, where none can be made (no writable cache home), a key of this process alone: its own
     slices are then published, and a later build recomputes them."""
     return hmac.new(trust.secret() or _PROCESS_KEY, text.encode(), hashlib.sha256).hexdigest()
@@ -474,9 +475,9 @@ def encoded_bytes(values: np.ndarray, up: bool, bits: int = MANTISSA_BITS) -> in
 def publish(dataset: Any, out: str | Path, compact_variables: dict[str, bool] | None = None,
             bits: int = MANTISSA_BITS, sign_key: str | Path | None = None) -> str:
     """Write ``dataset`` beside ``out``, add the manifest (and its signature by ``sign_key``,
-    ``lookup.signing.sign``), verify, and swap it in atomically; the variables of
+    ``lookup.store.signing.sign``), verify, and swap it in atomically; the variables of
     ``compact_variables`` are written compact (``compact`` with ``bits``).  Returns the
-    published table's digest (``lookup.trust.listing_digest`` of the manifest written)."""
+    published table's digest (``lookup.trust.origin.listing_digest`` of the manifest written)."""
     compacted = compact_variables or {}
     if compacted:
         dataset = compact(dataset, compacted, bits)
@@ -690,7 +691,7 @@ def _publish_with(out: str | Path, write: Callable[[Any], None], sign_key: str |
     fails.  Returns the digest of the listing written: computed from the bytes written, in memory,
     never read back, so a folder or file swapped in by someone who can write beside ``out`` is
     refused here (its files differ from the listing) and, published, is vouched for by nothing."""
-    from lookup.trust import listing_digest
+    from lookup.format import listing_digest
 
     out = Path(out)
     _clear_leftovers(out)
@@ -709,7 +710,7 @@ def _publish_with(out: str | Path, write: Callable[[Any], None], sign_key: str |
         if problems:
             raise StoreError(f"the new table failed verification before publishing: {problems[0]}")
         if sign_key is not None:
-            from lookup.signing import signature_text
+            from lookup.store.signing import signature_text
 
             folder.write(SIGNATURE, signature_text(sign_key, digest).encode(), listed=False)  # the digest written
         os.fchmod(folder.fd, 0o755)  # readers may enter now; nothing in it is writable but by this account

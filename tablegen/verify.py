@@ -15,10 +15,10 @@ bound may be below the recomputed proved one by any amount (it is only looser), 
 where the engine proves the stored value itself (``proves_above``, else ``delta_bounds``' lower
 bound: a table of an earlier engine version) (``--full`` makes what passes trusted).
 
-The stored values compared are read through ``lookup.table.open_table`` (each file checked
-against the manifest listing read in the same pass, within ``lookup.reader``'s limits), so
+The stored values compared are read through ``lookup.store.table.open_table`` (each file checked
+against the manifest listing read in the same pass, within ``lookup.store.reader``'s limits), so
 ``--full``, finding every slice equal, records the digest of exactly what it compared
-(``lookup.trust.record_verified``): the fourth way a table earns trust (docs/trust.md).  Every
+(``lookup.trust.origin.record_verified``): the fourth way a table earns trust (docs/trust.md).  Every
 failure is a message, never a traceback.
 """
 
@@ -52,7 +52,7 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0, full: bool = False)
     try:
         return _verify(path, sample, seed, full)
     except ModuleNotFoundError:
-        raise  # a missing extra: the command group names it (lookup.extras)
+        raise  # a missing extra: the command group names it (lookup.cli.extras)
     except Exception as err:  # noqa: BLE001 - whatever a forged or damaged store raises: a message
         return [f"{path}: cannot be verified ({type(err).__name__}: {err})"]
 
@@ -60,8 +60,8 @@ def verify(path: str | Path, sample: int = 0, seed: int = 0, full: bool = False)
 def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
     import xarray as xr
 
-    from lookup.reader import check_declared
-    from lookup.table import TableError, read_verified_listing
+    from lookup.store.reader import check_declared
+    from lookup.store.table import TableError, read_verified_listing
 
     problems = store.check_manifest(path)
     if problems:
@@ -104,18 +104,18 @@ def _verify(path: Path, sample: int, seed: int, full: bool) -> list[str]:
     for r, e in chosen:
         problems += _recompute(table, r, e, settings)
     if full and not problems:
-        from lookup import trust
+        from lookup.trust import origin as trust
 
         trust.record_verified(path, table.digest)
     return problems
 
 
 def reader_checks(path: Path) -> tuple[Any, list[str]]:
-    """(the table as every reader opens it, problems): ``lookup.checks`` (structure, the recorded
-    spec, each row's invariants) and the engine at cells drawn at random (``lookup.trust``,
+    """(the table as every reader opens it, problems): ``lookup.store.checks`` (structure, the recorded
+    spec, each row's invariants) and the engine at cells drawn at random (``lookup.trust.origin``,
     ``spot_check``), whatever the table's provenance."""
-    from lookup import trust
-    from lookup.table import TableError, open_table
+    from lookup.store.table import TableError, open_table
+    from lookup.trust import origin as trust
     from tablegen.engine import certifies
 
     try:
@@ -244,7 +244,7 @@ def stored_like(table: Any, name: str, values: np.ndarray) -> np.ndarray:
 
 
 def _recompute(table: Any, r: int, e: int, settings: dict[str, Any]) -> list[str]:
-    """Problems of slice (row ``r``, eps0 ``e``) of ``table`` (a ``lookup.table.Table``) against its
+    """Problems of slice (row ``r``, eps0 ``e``) of ``table`` (a ``lookup.store.table.Table``) against its
     live recomputation (none: equal within ``RECOMPUTE_RTOL`` plus one quantum of the store, in the
     safe direction only: stored eps >= live eps unless the engine certifies it (``_certified_below``),
     stored lower bound <= live lower bound)."""

@@ -1,5 +1,5 @@
 """Settings for every test: a private cache home, so the tables spot-certified during a run
-(lookup.trust remembers them under $XDG_CACHE_HOME/shuffle-eps/trusted) are this run's only."""
+(lookup.trust.origin remembers them under $XDG_CACHE_HOME/shuffle-eps/trusted) are this run's only."""
 
 from __future__ import annotations
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from lookup.format import UNIT_ROUNDOFF
 from tablegen.compose.profile import Vertices, masses
 
-UNIT_ROUNDOFF = 2.0**-53
 FFT_ERROR = 5.0  # relative l2 error of one FFT is <= FFT_ERROR * u * log2 N (standard model)
 SAFETY = 8.0  # factor on the a-priori floating-point bound
 CURVE_ROUNDING = 16 * UNIT_ROUNDOFF  # per round, absolute, on the connect-the-dots curve

@@ -2,8 +2,8 @@
 
 Input: points (e_j, u_j) with e_j >= 0 and u_j >= delta(e_j), the hockey-stick divergence
 delta(e) = sup_S P(S) - e^e Q(S) of the round's output laws P, Q on two neighbouring datasets,
-for BOTH orders of the pair (the decomposition bounds of general-clone-fft.txt Thm 4 and
-hiding-among-the-clones.txt Thm 3.2 are symmetric: swapping x0 and x1 swaps atoms of G of equal
+for BOTH orders of the pair (the decomposition bounds of arXiv:2504.07414 Thm 4 and
+arXiv:2012.12803 Thm 3.2 are symmetric: swapping x0 and x1 swaps atoms of G of equal
 probability, so one certified curve bounds both orders).  Output: the vertices of a convex,
 non-increasing function of x = e^eps that lies above the exact delta_{P||Q} at every real eps,
 positive and negative.  Each step is pushed the safe way:

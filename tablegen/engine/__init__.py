@@ -1,6 +1,6 @@
 """Certified engine: delta(eps), eps(delta), eps0_max for a decomposition of G."""
 
-from tablegen.engine.accountant import (
+from tablegen.engine.bounds import (
     Bounds,
     certifies,
     delta0_note,

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 
-U = 2.0**-53  # unit roundoff of float64
+from lookup.format import UNIT_ROUNDOFF as U
+
 WINDOW_SDS = 8.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-30)
 EXACT_MS = 4  # the m whose exact value gives the lower bound
 RETRIES = 4  # certifications at one step after a worse single m raised the lower bound

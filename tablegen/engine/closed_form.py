@@ -48,9 +48,9 @@ import math
 import numpy as np
 from scipy.special import erfcx
 
+from lookup.format import UNIT_ROUNDOFF as U
 from tablegen.decomposition import Decomposition
 
-U = 2.0**-53
 TINY = 5e-324  # the smallest positive double
 MU_GRID = 160  # mu values of the first pass (then golden sections around the best)
 GOLDEN_STEPS = 40

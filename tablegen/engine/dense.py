@@ -47,7 +47,7 @@ import numpy as np
 from tablegen import validate
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
-from tablegen.engine.accountant import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
+from tablegen.engine.bounds import RESOLUTION, SPECTRAL_COMPONENTS, Query, chord_eps, eps_bounds
 from tablegen.mechanisms import Mechanism
 
 # delta at (eps, n) pairs, which decomposition gave each, and that decomposition's certified upper

@@ -30,11 +30,11 @@ import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 from scipy.special import bdtrc, erfcx
 
+from lookup.format import UNIT_ROUNDOFF
 from tablegen.engine import tails
 from tablegen.engine.lattice import LatticeLaw, saddlepoint
 from tablegen.limits import CellBudget
 
-UNIT_ROUNDOFF = 2.0**-53
 FP_SAFETY = 8.0
 FOLD_TOLERANCE = 1e-10  # target for the relative size of truncated and folded mass
 

@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from lookup.format import UNIT_ROUNDOFF as U
 from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
 from tablegen.engine import closed_form
 from tablegen.engine import lower as spectral_lower
-from tablegen.engine.accountant import FLOAT_SLACK, SPECTRAL_COMPONENTS, Query, delta_of_decomposition
+from tablegen.engine.bounds import FLOAT_SLACK, SPECTRAL_COMPONENTS, Query, delta_of_decomposition
 from tablegen.mechanisms import Mechanism
 
 # dp-accounting's RdpAccountant default orders (DEFAULT_RDP_ORDERS in
@@ -35,14 +36,13 @@ DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64
 MAX_ORDERS = 1024
 ORDER_MAX = 1e6  # the largest order (alpha (alpha - 1) overflows near 1.3e154; dp-accounting's largest is 1024)
 SWAP_PUSH = 2.0**-40  # relative push of a swapped lower pair (_FftLower.curve)
-U = 2.0**-53
 TAIL = 1e-200  # below this the profile is also bounded by Chernoff in log space (no underflow)
 GAP_TOL = 1e-2  # refine until chord and step bounds differ by < 1% of D_alpha for every order
 GAP_SHARE = 64  # an interval is refined when it alone holds more than GAP_TOL / GAP_SHARE
 REFINE_ROUNDS = 8
 REFINE_POINTS = 96  # new points per round at most (one vectorised profile evaluation each)
 # FFT-path work for profile points the spectral path declines (large eps0): past it the engine
-# answers E[G_+] there, the n = 1 value, still an upper bound for every n (accountant.py)
+# answers E[G_+] there, the n = 1 value, still an upper bound for every n (bounds.py)
 UPPER_FFT_CELLS = 2 * 10**6
 LOWER_POINTS = 100  # the lower bound's grid: at most this many of the upper grid's points
 LOWER_FFT_CELLS = 2 * 10**6  # FFT-path work for lower points the spectral path declines (< 1 s)
@@ -252,7 +252,7 @@ class _FftLower:
         self.q, self.priority = q, priority
         self.budget = limits.CellBudget(total=LOWER_FFT_CELLS)
         laws = {_key(d) for d in q.lower} | {_key(_swapped(d)) for d in q.lower}
-        # no FFT lower bound beyond CLOSED_FORM_N (accountant.py, delta_of_lower_pair)
+        # no FFT lower bound beyond CLOSED_FORM_N (bounds.py, delta_of_lower_pair)
         self.per_law = max(1, LOWER_FFT_CALLS // len(laws)) if q.n <= limits.CLOSED_FORM_N else 0
         self.done: dict[bytes, np.ndarray] = {}
 

@@ -60,11 +60,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.fft import next_fast_len, rfft
 
+from lookup.format import UNIT_ROUNDOFF as U
 from tablegen import limits
 from tablegen.decomposition import Decomposition
 from tablegen.engine.lattice import align_step, refine_step, saddlepoint_rows, tilted_log_weights, tilted_moments
 
-U = 2.0**-53
 TINY = float(np.nextafter(0.0, 1.0))
 FP_SAFETY = 8.0
 TAIL_LOG = 40.0  # Chernoff tails, dropped nodes (and the lower bound's period) sized to e^-40 of the main term

@@ -7,7 +7,7 @@ pairs) as functions of eps0, listed in ``_ALL`` below.
 from __future__ import annotations
 
 from tablegen.mechanisms.base import Mechanism, Param
-from tablegen.mechanisms.composition import JOINT, PARALLEL
+from tablegen.mechanisms.combined import JOINT, PARALLEL
 from tablegen.mechanisms.finite import FINITE
 from tablegen.mechanisms.frequency import MECHANISMS as FREQUENCY_ORACLES
 from tablegen.mechanisms.generic import GENERIC
@@ -19,7 +19,7 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in _ALL}
 
 
 def get_mechanism(name: str) -> Mechanism:
-    """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.api.mechanism_name``
+    """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.answer.api.mechanism_name``
     reads it); ValueError suggesting the closest known name otherwise (the known names include the
     multi-message protocols, which have their own accounting)."""
     from tablegen.protocols.accounting import PROTOCOLS

@@ -29,12 +29,12 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
+from lookup.format import UNIT_ROUNDOFF
 from tablegen import validate
 from tablegen.engine.search import shrink_bracket
 
 VERSION = "1"  # of this accounting: what a calibration table is stamped with (not the lattice engine's)
 
-UNIT_ROUNDOFF = 2.0**-53
 TAIL = 1e-30  # window: the Bin(n, p) mass outside it is below this (Chernoff), and added
 PROTOCOLS = ("binary-sum", "histogram")
 MAX_EPS = 100.0

@@ -6,7 +6,7 @@ In README.md and docs/*.md, a shell command in a ```bash block of the form
 
 or with the quoted output on the next line (``# {...}``), or split over lines with ``\\``, quotes part
 of the command's JSON output. Each such command is run in this process (click's CliRunner on
-``tablegen.cli.main`` / ``lookup.cli.main``; an ``--out`` file goes to a temporary directory) and
+``tablegen.cli.main`` / ``lookup.cli.commands.main``; an ``--out`` file goes to a temporary directory) and
 every quoted value is compared with the output to the precision quoted:
 
 * ``0.0610`` (no ellipsis): the output rounds to 0.0610 at the last quoted digit (3 significant
@@ -320,7 +320,7 @@ def _run(argv: list[str], tmp_path: Path) -> Any:
     if argv[0] == "tablegen":
         from tablegen.cli import main
     else:
-        from lookup.cli import main
+        from lookup.cli.commands import main
     args = list(argv[1:])
     for i, arg in enumerate(args[:-1]):
         if arg == "--out":

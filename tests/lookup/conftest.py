@@ -45,8 +45,8 @@ SLOW_HOOK = '''
 import os
 if os.environ.get("SHUFFLE_EPS_TEST_SLOW"):  # test servers only: every engine call made slow
     import functools, time
-    import lookup.live as _live
-    import lookup.pool as _pool
+    import lookup.answer.live as _live
+    import lookup.service.pool as _pool
     _pause = float(os.environ["SHUFFLE_EPS_TEST_SLOW"])
     def _slow(call):
         @functools.wraps(call)

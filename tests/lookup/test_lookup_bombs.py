@@ -18,10 +18,11 @@ import pytest
 from test_lookup_trust_forgery import _bounded, _refused_within_bounds
 
 import lookup
-from lookup import manifest, trust
-from lookup.device import MAGIC, DeviceFileError, encode, read_device
-from lookup.manifest import MANIFEST, TableError, parse_manifest
-from lookup.table import _load_table, open_store, read_verified_listing
+from lookup.device.files import MAGIC, DeviceFileError, encode, read_device
+from lookup.store import manifest
+from lookup.store.manifest import MANIFEST, TableError, parse_manifest
+from lookup.store.table import _load_table, open_store, read_verified_listing
+from lookup.trust import origin as trust
 
 GIB = 1 << 30
 SMALL = {"format": 2, "family": "krr", "rows": [{"k": 3}], "eps0_monotone": [True], "eps0": [1.0], "n": [40.0],
@@ -34,7 +35,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "cache"))
     monkeypatch.delenv(trust.ENV_KEYS, raising=False)
     monkeypatch.setattr(trust, "_REFUTED", {})
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
 
 
 def sparse(path: Path, size: int, head: bytes = b"") -> Path:
@@ -74,14 +75,14 @@ def consistent(path: Path) -> Path:
 
 def _serve_start(path: Path) -> None:
     """What ``lookup serve`` does at start with ``--table path``: the application, the table opened first."""
-    from lookup.app import Settings, create_app
+    from lookup.service.app import Settings, create_app
 
     create_app(Settings(table=str(path)))
 
 
 def _refused_at_serve_start(path: Path, message: str) -> None:
     pytest.importorskip("starlette")
-    import lookup.app  # noqa: F401 - its imports loaded before the start is timed
+    import lookup.service.app  # noqa: F401 - its imports loaded before the start is timed
 
     def start() -> None:
         with pytest.raises(TableError, match=message):

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookup
+from tablegen.calibration import build_calibration
 from tablegen.protocols.accounting import calibrate as live_calibrate
 from tablegen.protocols.accounting import delta_bounds
-from tablegen.protocols.table import build_calibration
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_a_forged_calibration_table_is_refused_or_labelled_uncertified(tmp_path:
 
     from click.testing import CliRunner
 
-    from lookup.cli import main as lookup_main
+    from lookup.cli.commands import main as lookup_main
 
     forged = _forged_copy(tmp_path / "forged.zarr")
     with pytest.raises(lookup.TableError, match="refused, nothing vouches.*built on this machine"):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lookup.cli import main
-from lookup.output import words
+from lookup.cli.commands import main
+from lookup.cli.output import words
 
 
 def run(*args: str) -> tuple[int, str, str]:

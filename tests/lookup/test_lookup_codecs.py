@@ -1,4 +1,4 @@
-"""lookup.codecs loads numcodecs' decoders without its package __init__, decodes the same bytes,
+"""lookup.store.codecs loads numcodecs' decoders without its package __init__, decodes the same bytes,
 and leaves a later ordinary ``import numcodecs`` (zarr's) working."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookup import codecs
+from lookup.store import codecs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys
 import numpy as np
-from lookup import codecs
+from lookup.store import codecs
 values = np.arange(30000, dtype="<f4") / 7
 blosc, zstd = codecs.module("blosc"), codecs.module("zstd")
 assert "numcodecs.registry" not in sys.modules and "numcodecs" not in sys.modules, "not the cheap path"

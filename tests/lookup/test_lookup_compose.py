@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 import lookup
-from lookup.cli import main
-from lookup.table import from_arrays
+from lookup.cli.commands import main
+from lookup.store.table import from_arrays
 
 EPS0 = np.array([0.5, 1.0, 2.0])
 DELTAS = np.array([1e-9, 1e-6, 1e-3, 0.05, 0.2])

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lookup
-from lookup import trust
-from lookup.device import encode, member_text, read_device
+from lookup.device.files import encode, member_text, read_device
+from lookup.trust import origin as trust
 from tablegen.export import export_device, worst_slack
 from tablegen.store import round_float32
 
@@ -51,7 +51,7 @@ def test_device_answers_are_the_table_rounded_up(table_path: Path, tmp_path: Pat
 def test_standard_library_reader_without_numpy(table_path: Path, tmp_path: Path) -> None:
     device = tmp_path / "krr.dev"
     export_device(device, "krr", {"k": 3}, str(table_path))
-    source = Path(__file__).parents[2] / "lookup" / "device.py"
+    source = Path(__file__).parents[2] / "lookup" / "device" / "files.py"
     code = (
         "import sys, importlib.util; sys.modules['numpy'] = None\n"
         f"spec = importlib.util.spec_from_file_location('device', {str(source)!r})\n"
@@ -135,7 +135,7 @@ REAL_VOUCH = trust.vouch
 @pytest.fixture(autouse=True)
 def synthetic_tables_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tables of this module hold synthetic values (no engine behind them): taken as vouched
-    for, as a table built here would be (lookup.trust, tested in test_lookup_trust*.py)."""
+    for, as a table built here would be (lookup.trust.origin, tested in test_lookup_trust*.py)."""
     monkeypatch.setattr(trust, "vouch", lambda *args: None)
     monkeypatch.setattr(trust, "provenance", lambda path, digest, message=None: ("built", ""))  # read_device's
 

@@ -1,4 +1,4 @@
-"""The C99 device reader (lookup/c/) against the Python one (lookup.device) on the same files:
+"""The C99 device reader (lookup/device/c/) against the Python one (lookup.device.files) on the same files:
 the same answers to the bit, the same refusals (out-of-range queries, flipped bytes, truncated
 files, headers and payloads edited under a recomputed checksum), and its SHA-256 against hashlib.
 
@@ -25,16 +25,18 @@ import pytest
 from test_lookup_bombs import DEVICE_BOMBS, sparse
 
 import lookup
-from lookup import checks, device, signing, trust
-from lookup.device import MAGIC, DeviceFileError, checksum_v1, encode, header_sha256, read_device
-from lookup.manifest import read_manifest
+from lookup.device import files as device
+from lookup.device.files import MAGIC, DeviceFileError, checksum_v1, encode, header_sha256, read_device
+from lookup.store import checks, signing
+from lookup.store.manifest import read_manifest
+from lookup.trust import origin as trust
 from tablegen.export import export_device
 from tablegen.store import round_float32
 
-C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "c"
+C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "device" / "c"
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"]
 
-# status codes of lookup/c/shuffle_eps_device.h (the exit codes of shuffle_eps_query)
+# status codes of lookup/device/c/shuffle_eps_device.h (the exit codes of shuffle_eps_query)
 ARGUMENT, IO = 1, 2
 TRUNCATED, MAGIC_CODE, ENCODING, JSON_CODE, FORMAT, DIGEST_FIELD, CHECKSUM = 10, 11, 12, 13, 14, 15, 16
 KEY, AXIS, SHAPE, PAYLOAD, VALUE, LOWER, MONOTONE = 17, 18, 19, 20, 30, 31, 32
@@ -68,7 +70,7 @@ int main(int argc, char **argv) {
 def _compile(out: Path, *sources: Path) -> Path:
     cc = shutil.which("cc")
     if cc is None:
-        pytest.skip("no C compiler: `cc` is not on PATH, so the C device reader (lookup/c/) cannot be built here")
+        pytest.skip("no C compiler: `cc` is not on PATH, so the C device reader (lookup/device/c/) can't be built here")
     done = subprocess.run([cc, *CFLAGS, f"-I{C_DIR}", "-o", str(out), *map(str, sources), "-lm"],
                           capture_output=True, text=True)
     assert done.returncode == 0, f"cc failed:\n{done.stderr}"
@@ -88,7 +90,7 @@ def query_tool(build_dir: Path) -> Path:
 @pytest.fixture(autouse=True)
 def cache(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache home where the session table and the files exported from it are recorded as
-    built here (lookup.trust; provenance itself is tested in test_lookup_trust*.py)."""
+    built here (lookup.trust.origin; provenance itself is tested in test_lookup_trust*.py)."""
     monkeypatch.setenv(trust.ENV_CACHE, str(build_dir / "cache"))
 
 
@@ -388,7 +390,7 @@ def test_format_1_files_read_by_python_only(query_tool: Path, files: dict[str, P
 
 
 def test_python_row_checks_are_lookup_checks() -> None:
-    """lookup.device checks rows without numpy (with the tolerances lookup.checks imports from it)
+    """lookup.device.files checks rows without numpy (with the tolerances lookup.store.checks imports from it)
     and refuses exactly what check_row refuses (edits on both sides of each threshold)."""
     # eps0 [1, 2] x n [10, 20] x delta [1e-6, 1e-3]: index 4 e + 2 j + d
     upper = np.array([0.9, 0.5, 0.8, 0.4, 1.5, 1.0, 1.2, 0.9])
@@ -636,7 +638,7 @@ def test_a_sparse_gigabyte_signature_is_refused_by_the_c_tool(build_dir: Path, f
 def test_a_duplicated_row_is_refused_by_every_reader(query_tool: Path, files: dict[str, Path], tmp_path: Path,
                                                      second: dict[str, Any]) -> None:
     """Issue 55: a file naming the same parameters twice was answered from the first row by
-    ``lookup.device`` and the C reader and from the last by ``lookup.open_table``: all refuse it."""
+    ``lookup.device.files`` and the C reader and from the last by ``lookup.open_table``: all refuse it."""
     header, upper, lower = _parts(files["two"])
     header["rows"] = [{"k": 3}, second]
     path = _write(tmp_path / "twice.dev", encode(header, upper.astype("<f4").tobytes() + lower.astype("<f4").tobytes()))

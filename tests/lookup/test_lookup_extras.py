@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lookup.cli import main as lookup_main
-from lookup.extras import missing_dependency
+from lookup.cli.commands import main as lookup_main
+from lookup.cli.extras import missing_dependency
 from tablegen.cli import main as tablegen_main
 
 SMOKE = Path(__file__).resolve().parents[2] / "workflows" / "smoke.toml"
@@ -38,7 +38,7 @@ def test_unknown_missing_module_is_not_blamed_on_an_extra() -> None:
 
 
 def test_serve_without_its_extra_is_one_line(monkeypatch, tmp_path) -> None:
-    monkeypatch.delitem(sys.modules, "lookup.app", raising=False)  # imported afresh, without starlette
+    monkeypatch.delitem(sys.modules, "lookup.service.app", raising=False)  # imported afresh, without starlette
     for name in ["starlette", *(m for m in sys.modules if m.startswith("starlette."))]:  # submodules imported
         monkeypatch.setitem(sys.modules, name, None)  # by earlier tests are found without their package
     monkeypatch.chdir(tmp_path)

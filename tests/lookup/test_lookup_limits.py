@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import lookup
-from lookup.cli import main
+from lookup.cli.commands import main
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -70,7 +70,7 @@ def test_http_answers_400_naming_the_parameter(start_server: Any) -> None:
 
 def test_one_largest_n_for_table_and_engine() -> None:
     """lookup refuses n beyond the live engine's limit even where the table's edge could answer."""
-    from lookup.api import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT
+    from lookup.answer.api import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT
     from tablegen.limits import EPS0_MIN as ENGINE_EPS0_MIN
     from tablegen.limits import EPS0_MIN_TEXT as ENGINE_EPS0_MIN_TEXT
     from tablegen.limits import N_LIMIT as ENGINE_N_LIMIT
@@ -86,11 +86,11 @@ def test_one_largest_n_for_table_and_engine() -> None:
 @pytest.mark.parametrize("eps0", [-1.0, 0.0, 1e-7])
 def test_one_statement_of_the_eps0_minimum_everywhere(eps0: float) -> None:
     """lookup, the engine, both command lines and their help, and the page state eps0's minimum in
-    the same words (lookup.api.EPS0_MIN_TEXT, ">= 1e-06"), never "> 0"."""
+    the same words (lookup.answer.api.EPS0_MIN_TEXT, ">= 1e-06"), never "> 0"."""
     import html
     import re
 
-    from lookup.api import EPS0_MIN_TEXT
+    from lookup.answer.api import EPS0_MIN_TEXT
     from tablegen import compose
     from tablegen.cli import main as tablegen_main
     from tablegen.engine import eps_bounds
@@ -107,6 +107,6 @@ def test_one_statement_of_the_eps0_minimum_everywhere(eps0: float) -> None:
         assert result.exit_code == 2 and stated in result.stderr, result.output
         helped = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
         assert f"--eps0 TEXT local privacy parameter, {EPS0_MIN_TEXT}" in helped
-    page = (Path(lookup.__file__).parent / "static" / "index.html").read_text()
+    page = (Path(lookup.__file__).parent / "service" / "static" / "index.html").read_text()
     label = re.search(r'<label data-field="eps0">eps0 <small>(.*?)</small>', page).group(1)
     assert html.unescape(re.sub(r"<[^>]+>", "", label)) == f"local ε0 {EPS0_MIN_TEXT}"

@@ -1,4 +1,4 @@
-"""The page of ``lookup serve`` (``GET /``, lookup/page.py) in a real headless Chromium (Debian's
+"""The page of ``lookup serve`` (``GET /``, lookup/service/page.py) in a real headless Chromium (Debian's
 ``chromium`` and ``chromium-driver``, driven by selenium with the driver's path given, so nothing
 is downloaded): the numbers shown for a table, a refined and a live answer are those of the
 ``/v1/eps`` JSON for the same query, rounded to 4 significant digits on their safe side (a
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from lookup import trust
-from lookup.manifest import read_manifest
-from lookup.page import registry
+from lookup.service.page import registry
+from lookup.store.manifest import read_manifest
+from lookup.trust import origin as trust
 
 try:
     from selenium.common.exceptions import StaleElementReferenceException
@@ -79,7 +79,7 @@ def settled(base: str, path: str, query: dict[str, str]) -> dict[str, Any]:
 @pytest.fixture(scope="module", autouse=True)
 def cache_home(table_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A cache home of this module's own (the servers inherit it), where the session table is
-    recorded as built here (lookup.trust; provenance itself is tested in test_lookup_trust*.py)."""
+    recorded as built here (lookup.trust.origin; provenance itself is tested in test_lookup_trust*.py)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
         patch.delenv(trust.ENV_CACHE, raising=False)
@@ -656,7 +656,7 @@ def test_page_and_assets_are_served_with_etags(base: str) -> None:
 
 
 def test_registry_lists_each_mechanisms_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lookup import live as live_engine
+    from lookup.answer import live as live_engine
     from tablegen.mechanisms import MECHANISMS
 
     engine = registry({})
@@ -669,11 +669,11 @@ def test_registry_lists_each_mechanisms_parameters(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_page_files_ship_in_the_distributions() -> None:
-    """Every file of lookup/static is named by an ``include`` of MANIFEST.in (the sdist and wheel)."""
+    """Every file of lookup/service/static is named by an ``include`` of MANIFEST.in (the sdist and wheel)."""
     root = Path(__file__).resolve().parents[2]
     included = {path for line in (root / "MANIFEST.in").read_text().splitlines() if line.startswith("include ")
                 for pattern in line.split()[1:] for path in root.glob(pattern)}
-    static = set((root / "lookup" / "static").iterdir())
+    static = set((root / "lookup" / "service" / "static").iterdir())
     assert static and static <= included
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lookup import plot
-from lookup.cli import main
-from lookup.table import open_table
+from lookup.cli import plot
+from lookup.cli.commands import main
+from lookup.store.table import open_table
 
 ROWS = [("krr", {"k": 3}), ("generic", {})]
 
@@ -53,7 +53,7 @@ def test_cli_writes_svg_and_reports_missing_options(table_path: Path, tmp_path: 
 
 
 def test_rows_with_commas_in_values_use_semicolons(table_path: Path, tmp_path: Path) -> None:
-    from lookup.cli import _row, _rows
+    from lookup.cli.commands import _row, _rows
 
     rows = [_row(r) for r in _rows("parallel bases=krr,blh weights=0.5,0.5 k=10; finite matrix=[[0.7,0.3],[0.3,0.7]]")]
     assert rows == [("parallel", {"bases": "krr,blh", "weights": "0.5,0.5", "k": 10}),

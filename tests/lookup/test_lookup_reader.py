@@ -1,4 +1,4 @@
-"""``lookup.reader``: the published stores decoded without zarr, compared with zarr's decoding."""
+"""``lookup.store.reader``: the published stores decoded without zarr, compared with zarr's decoding."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-from lookup.reader import StoreArray, open_group
-from lookup.table import shipped_table
+from lookup.store.reader import StoreArray, open_group
+from lookup.store.table import shipped_table
 
 
 def same(ours: np.ndarray, theirs: np.ndarray) -> bool:

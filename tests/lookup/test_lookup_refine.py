@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_law, olh_upper_law
 
 import lookup
-import lookup.live
-from lookup import refine
-from lookup.estimate import pchip
+import lookup.answer.live
+from lookup.answer import refine
+from lookup.answer.estimate import pchip
 
 EPS0 = st.floats(0.55, 3.9)
 N = st.integers(21, 100)
@@ -94,7 +94,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object) -> None:
         raise AssertionError("the engine was called")
 
-    monkeypatch.setattr(lookup.live, "_cached", refuse)
+    monkeypatch.setattr(lookup.answer.live, "_cached", refuse)
     monkeypatch.setitem(sys.modules, "tablegen.engine", None)  # import tablegen.engine raises
 
 
@@ -123,7 +123,7 @@ def test_live_off_or_no_engine_answers_from_the_table(table_path: Path, monkeypa
     query = dict(eps0=1.5, n=50, delta=1e-6, table=table_path, k=3)
     a = lookup.eps("krr", live=False, **query)
     assert a.source == "table" and a.slack > 0.02  # reported, not refined
-    monkeypatch.setattr(lookup.live, "available", lambda: False)
+    monkeypatch.setattr(lookup.answer.live, "available", lambda: False)
     b = lookup.eps("krr", **query)
     assert (b.value, b.source, b.slack) == (a.value, a.source, a.slack)
 
@@ -133,7 +133,7 @@ def test_an_uncertified_estimate_is_never_published(table_path: Path, monkeypatc
 
     query = dict(eps0=1.5, n=50, delta=1e-6, table=table_path, k=3)
     table = lookup.eps("krr", max_slack=None, **query)
-    monkeypatch.setattr(lookup.live, "certifies", lambda *args: False)
+    monkeypatch.setattr(lookup.answer.live, "certifies", lambda *args: False)
     a = lookup.eps("krr", **query)
     live = eps_bounds("krr", eps0=1.5, n=50, delta=1e-6, k=3, lower=False).upper
     assert (a.source, a.value) == (("live", live) if live < table.value else ("table", table.value))
@@ -141,8 +141,8 @@ def test_an_uncertified_estimate_is_never_published(table_path: Path, monkeypatc
     def broken(*args: object) -> None:
         raise ValueError("engine cannot answer")
 
-    monkeypatch.setattr(lookup.live, "certifies", broken)
-    monkeypatch.setattr(lookup.live, "eps_upper", broken)
+    monkeypatch.setattr(lookup.answer.live, "certifies", broken)
+    monkeypatch.setattr(lookup.answer.live, "eps_upper", broken)
     b = lookup.eps("krr", **query)
     assert (b.value, b.source, b.slack) == (table.value, "table", table.slack)
 
@@ -233,7 +233,7 @@ def test_olh_between_grid_eps0_is_estimated_and_certified(two_k: Path) -> None:
 def test_eps0_max_default_refines_table_answers_above_one_percent() -> None:
     """On the shipped table, an OLH answer whose slack estimate is 1.55% (between eps0_max's
     default max_slack, 1%, and that of eps and delta, 2%) is refined, and certified."""
-    from lookup.table import shipped_table
+    from lookup.store.table import shipped_table
     from tablegen.engine import certifies
 
     query = dict(eps=0.005632, n=539_014_385, delta=3.34e-6, table=shipped_table("default.zarr"))
@@ -262,7 +262,7 @@ def test_refined_lower_bound_is_proved_and_close(delta: float) -> None:
 
 def test_refined_lower_bound_keeps_the_table_value_when_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
     tried = []
-    monkeypatch.setattr(lookup.live, "proves_above", lambda m, point, p: tried.append(point["eps"]) or False)
+    monkeypatch.setattr(lookup.answer.live, "proves_above", lambda m, point, p: tried.append(point["eps"]) or False)
     point = {"eps0": 2.0, "n": 10**6, "delta": 1e-8}
     assert refine.lower_eps("generic", point, {}, 0.05, 0.02, 0.7) == 0.02
     assert tried == [pytest.approx(0.7 * 0.05 / (1 + refine.LOWER_STEP))]
@@ -273,12 +273,12 @@ def test_refined_lower_bound_keeps_the_table_value_when_not_proved(monkeypatch: 
 @given(mechanism=st.sampled_from(["krr", "generic"]), eps0=EPS0, n=st.integers(20, 120), delta=DELTA)
 def test_an_eps0_slice_answer_is_certified(table_path: Path, mechanism: str, eps0: float, n: int,
                                            delta: float) -> None:
-    """The service's eps0 slice (lookup/slices.py: the engine's eps at the query's eps0 over finer
+    """The service's eps0 slice (lookup/answer/slices.py: the engine's eps at the query's eps0 over finer
     n and delta axes, read with n rounded down and the delta chord) is never below the exact eps:
     the exact delta of its answer is <= delta (exact sums, not the engine); beyond the largest n
     it answers at the largest, and its slack estimate is known inside the axes."""
-    from lookup import slices
-    from lookup.table import open_table
+    from lookup.answer import slices
+    from lookup.store.table import open_table
 
     table = open_table(table_path)
     ns, deltas = slices.axes(table)
@@ -292,11 +292,11 @@ def test_an_eps0_slice_answer_is_certified(table_path: Path, mechanism: str, eps
 
 
 def test_the_service_refutes_a_table_value_below_a_proved_lower_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """lookup/app.py's Refiner: a certified eps below a lower bound at the same point proves the
-    table wrong; lookup.trust.refute is called (with the point named), never otherwise."""
+    """lookup/service/app.py's Refiner: a certified eps below a lower bound at the same point proves the
+    table wrong; lookup.trust.origin.refute is called (with the point named), never otherwise."""
     pytest.importorskip("starlette")
-    from lookup import trust
-    from lookup.app import Refiner, Settings
+    from lookup.service.app import Refiner, Settings
+    from lookup.trust import origin as trust
 
     calls = []
     monkeypatch.setattr(trust, "refute", lambda table, detail: calls.append(detail), raising=False)
@@ -313,7 +313,7 @@ def _forged(table_path: Path, factor: float, lower_factor: float | None) -> look
     """The session's table with every eps times ``factor`` (capped at eps0) and lower bounds
     ``lower_factor`` times the genuine eps (NaN: none), made in Python by a caller who vouches for
     it (``from_arrays(..., vouch=True)``: no spot check at open, only refinements can catch it)."""
-    from lookup.table import from_arrays
+    from lookup.store.table import from_arrays
 
     genuine = lookup.open_table(table_path)
     stored = np.stack([np.asarray(genuine.stored_eps(r), float) for r in range(len(genuine.families))])
@@ -325,7 +325,7 @@ def _forged(table_path: Path, factor: float, lower_factor: float | None) -> look
 
 
 def test_a_refinement_refutes_a_table_eps_proved_below_the_exact_eps(table_path: Path) -> None:
-    """Issue 37 review (N3): only the service called lookup.trust.refute; the Python API (and the
+    """Issue 37 review (N3): only the service called lookup.trust.origin.refute; the Python API (and the
     CLI, which calls it) published a table value the engine proves too low whenever it was kept
     over the engine's search.  Here every eps is halved: the refinement refutes the table and
     answers the engine's certified eps (checked against the exact k-RR law)."""
@@ -402,8 +402,8 @@ def test_the_service_refutes_its_table_when_a_workers_refinement_did(monkeypatch
     pytest.importorskip("starlette")
     import asyncio
 
-    from lookup import trust
-    from lookup.app import Refiner, Settings
+    from lookup.service.app import Refiner, Settings
+    from lookup.trust import origin as trust
 
     class Pool:
         def cached(self, key: str) -> dict:
@@ -441,10 +441,11 @@ def test_a_high_estimate_is_certified_downwards(monkeypatch: pytest.MonkeyPatch,
     low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
     for _ in range(40):
         middle = (low + high) / 2
-        low, high = (low, middle) if lookup.live.certifies("krr", {**point, "eps": middle}, params) else (middle, high)
+        low, high = ((low, middle) if lookup.answer.live.certifies("krr", {**point, "eps": middle}, params)
+                     else (middle, high))
     estimate = high * (1 + refine.STEP) ** (steps + 0.5)
-    search, calls = lookup.live.eps_upper, []
-    monkeypatch.setattr(lookup.live, "eps_upper", lambda *args: calls.append(args) or search(*args))
+    search, calls = lookup.answer.live.eps_upper, []
+    monkeypatch.setattr(lookup.answer.live, "eps_upper", lambda *args: calls.append(args) or search(*args))
     value, slack, source = refine.eps("krr", point, params, float("inf"), float("nan"), estimate, refine.STEP)
     assert bool(calls) == searched and source == ("live" if searched else refine.CERTIFIED)
     assert searched or (slack == pytest.approx(refine.STEP) and high <= value < high * (1 + refine.STEP))
@@ -461,10 +462,11 @@ def test_a_quick_refinement_is_one_certified_evaluation(monkeypatch: pytest.Monk
     low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
     for _ in range(40):
         middle = (low + high) / 2
-        low, high = (low, middle) if lookup.live.certifies("krr", {**point, "eps": middle}, params) else (middle, high)
+        low, high = ((low, middle) if lookup.answer.live.certifies("krr", {**point, "eps": middle}, params)
+                     else (middle, high))
     estimate = high * above / np.sqrt(1 + refine.STEP)  # its inflation: above x the smallest certified eps
-    check, calls = lookup.live.certifies, []
-    monkeypatch.setattr(lookup.live, "certifies", lambda *args: calls.append(args) or check(*args))
+    check, calls = lookup.answer.live.certifies, []
+    monkeypatch.setattr(lookup.answer.live, "certifies", lambda *args: calls.append(args) or check(*args))
     value, slack, source = refine.eps("krr", point, params, float("inf"), float("nan"), estimate, refine.STEP,
                                       quick=True)
     assert exact_delta(*krr_upper_law(1.5, value, 3), 50) <= 1e-6 * (1 + 1e-9)
@@ -476,13 +478,13 @@ def test_a_quick_refinement_is_one_certified_evaluation(monkeypatch: pytest.Monk
 
 
 def test_a_borrowed_rows_answer_starts_its_slice_at_the_second_asking_only(table_path: Path) -> None:
-    """lookup/app.py's Refiner: a question the table answers through another row (via generic:
+    """lookup/service/app.py's Refiner: a question the table answers through another row (via generic:
     OLH between grid eps0) consults its eps0 slice once per asking; the slice, seconds of a core,
     starts at the eps0's second asking, never at the first (a random question is asked once)."""
     pytest.importorskip("starlette")
     import asyncio
 
-    from lookup.app import Refiner, Settings
+    from lookup.service.app import Refiner, Settings
 
     class Pool:
         def __init__(self) -> None:

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from click.testing import CliRunner
 
-from lookup.cli import main
+from lookup.cli.commands import main
 
 T = "mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6"  # inside the small table's grid
 

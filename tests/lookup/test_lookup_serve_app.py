@@ -1,4 +1,4 @@
-"""The ASGI application in this process (``lookup.app.create_app``, no server, no worker started):
+"""The ASGI application in this process (``lookup.service.app.create_app``, no server, no worker started):
 a lower bound is published only where it bounds the mechanism asked (an answer borrowed from the
 generic row carries none), and a fault of the server is a JSON 500, logged with its request and
 traceback and counted in /metrics, while bad input stays a 400."""
@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from lookup import app as app_module  # noqa: E402 - after the skip: the serve extra may be missing
+from lookup.service import app as app_module  # noqa: E402 - after the skip: the serve extra may be missing
 
 T = "mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6"  # inside the small table's grid
 
@@ -101,8 +101,8 @@ def test_the_library_and_cli_publish_lower_bounds_of_olh_between_grid_eps0(eps0:
     from click.testing import CliRunner
 
     import lookup
-    from lookup.api import MAX_SLACK
-    from lookup.cli import main
+    from lookup.answer.api import MAX_SLACK
+    from lookup.cli.commands import main
     from tablegen.engine import delta_bounds, eps_bounds
 
     olh = eps_bounds("olh", eps0=eps0, n=n, delta=delta, lower=False).upper
@@ -131,12 +131,12 @@ def test_an_unexpected_exception_is_a_logged_and_counted_json_500(small_app: Any
         raise RuntimeError("injected fault")
 
     monkeypatch.setattr(app_module, "query_arguments", broken)  # the handler parses every query with it
-    with caplog.at_level(logging.ERROR, logger="lookup.app"):
+    with caplog.at_level(logging.ERROR, logger="lookup.service.app"):
         status, headers, body = asgi_get(small_app, f"/v1/eps?{T}")
     answer = json.loads(body)
     assert status == 500 and headers["content-type"] == "application/json"
     assert list(answer) == ["error"] and "RuntimeError" in answer["error"]
-    [record] = [r for r in caplog.records if r.name == "lookup.app"]
+    [record] = [r for r in caplog.records if r.name == "lookup.service.app"]
     assert record.levelno == logging.ERROR and isinstance(record.exc_info[1], RuntimeError)
     assert f"GET /v1/eps?{T}" in record.getMessage()
     assert metric(small_app, "lookup_server_errors_total") == 1
@@ -153,11 +153,11 @@ def test_an_unexpected_exception_is_a_logged_and_counted_json_500(small_app: Any
     ("/v1/delta?mechanism=finite&matrix=[[1]]&eps0=1&n=50&eps=0.5", "matrix must be"),
 ])
 def test_bad_input_stays_a_400(small_app: Any, caplog: pytest.LogCaptureFixture, query: str, message: str) -> None:
-    with caplog.at_level(logging.ERROR, logger="lookup.app"):
+    with caplog.at_level(logging.ERROR, logger="lookup.service.app"):
         status, _, body = asgi_get(small_app, query)
     assert status == 400 and message in json.loads(body)["error"]
     assert metric(small_app, "lookup_server_errors_total") == 0
-    assert not [r for r in caplog.records if r.name == "lookup.app"]  # nothing logged as a fault
+    assert not [r for r in caplog.records if r.name == "lookup.service.app"]  # nothing logged as a fault
 
 
 # ---------------------------------------------------------------- issue 55: what a query says, as parsed

@@ -16,9 +16,9 @@ from test_lookup_serve_traffic import _workers
 
 WARM_HOOK = '''
 import functools, os, time
-import lookup.app as _app
-import lookup.live as _live
-import lookup.pool as _pool
+import lookup.service.app as _app
+import lookup.answer.live as _live
+import lookup.service.pool as _pool
 _LOG = {log!r}
 def _note(what):
     with open(_LOG, "a") as f:
@@ -98,8 +98,8 @@ def test_a_worker_restarted_later_is_warm_before_it_takes_work(start_server: Any
 def test_the_server_process_warms_its_own_first_answers(table_path: Path) -> None:
     """The validation's first use of a mechanism imports it (0.16 s on the shipped table's first
     question after "ready", in the event loop): done for every row before ready."""
-    from lookup.app import _warm_server
-    from lookup.table import open_table
+    from lookup.service.app import _warm_server
+    from lookup.store.table import open_table
 
     seen: list[tuple[str, dict]] = []
     warmed = _warm_server(open_table(table_path), lambda mechanism, params, numbers: seen.append((mechanism, params)))
@@ -109,8 +109,8 @@ def test_the_server_process_warms_its_own_first_answers(table_path: Path) -> Non
 
 SLOW_ROUNDS = '''
 import time
-import lookup.live as _live
-import lookup.pool as _pool
+import lookup.answer.live as _live
+import lookup.service.pool as _pool
 _composed = _live.composed_eps
 def _slow_rounds(*args, **kwargs):  # test servers only: a client's composition of rounds takes 4 s
     if not getattr(_pool, "warming", lambda: False)():

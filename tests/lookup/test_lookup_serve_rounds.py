@@ -13,7 +13,7 @@ from shuffle_reference import exact_delta, krr_upper_law
 from test_lookup_serve import cli_json, get, without_asked
 
 import lookup
-from lookup.composed import CELLS
+from lookup.answer.composed import CELLS
 
 pytest.importorskip("dp_accounting")
 

@@ -39,8 +39,8 @@ def test_schemathesis_finds_nothing(start_server: Any, tmp_path: Path) -> None:
 
 
 def test_the_schema_names_every_mechanism_the_engine_answers() -> None:
-    from lookup import app
-    from lookup.app import openapi
+    from lookup.service import app
+    from lookup.service.app import openapi
     from tablegen.compose import MAX_ROUNDS
     from tablegen.limits import CATEGORIES_MAX, EPS0_LIMIT
     from tablegen.mechanisms import MECHANISMS

@@ -19,7 +19,7 @@ from test_lookup_serve import get
 
 SLOW_ONE = '''
 import time
-import lookup.live as _live
+import lookup.answer.live as _live
 _eps = _live.eps
 def _slow_at_9_5(mechanism, point, params):  # test servers only: the live eps at eps0 = 9.5 takes 60 s
     if point["eps0"] == 9.5:

@@ -1,4 +1,4 @@
-"""The served table's rows in memory once (``lookup.shared``): the server writes them into a sealed
+"""The served table's rows in memory once (``lookup.service.shared``): the server writes them into a sealed
 memfd, each worker maps it read-only and answers exactly as from the table it opened; rows written
 for another table, or a file not sealed, are not used (the worker decodes its rows itself); nobody,
 the service's own account included, can change them once sealed (issue 55)."""
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import lookup
-from lookup import pool, shared
-from lookup.api import json_ready
-from lookup.table import Table, TableError, open_table
+from lookup.answer.api import json_ready
+from lookup.service import pool, shared
+from lookup.store.table import Table, TableError, open_table
 
 QUERIES = [("krr", {"k": 3}, 0.7, 30, 3e-8), ("krr", {"k": 3}, 1.5, 50, 1e-6), ("generic", {}, 2.9, 79, 2e-4),
            ("generic", {}, 4.0, 20, 1e-9), ("generic", {}, 0.5, 80, 1e-3), ("krr", {"k": 3}, 3.3, 41, 5e-5)]

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from test_lookup_compose import eps_of_loss_law, rr_table
 
 import lookup
-from lookup.cli import main
+from lookup.cli.commands import main
 
 
 def exact_subsampled_rr_eps(eps0: float, q: float, rounds: int, delta: float) -> float:

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import lookup
-from lookup import trust
-from lookup.table import TableError, _load_table, from_arrays, open_store, open_table, shipped_table
+from lookup.store.table import TableError, _load_table, from_arrays, open_store, open_table, shipped_table
+from lookup.trust import origin as trust
 
 
 @pytest.fixture(autouse=True)
 def built_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tables these tests make count as built here (what ``tablegen build`` records,
-    ``lookup.trust.record_built``): integrity is tested here, provenance in test_lookup_trust*.py."""
+    ``lookup.trust.origin.record_built``): integrity is tested here, provenance in test_lookup_trust*.py."""
     monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "cache"))
     monkeypatch.setattr(trust, "recorded", lambda digest: "built")
 
@@ -116,10 +116,10 @@ def test_answering_from_a_table_reads_only_what_it_needs_without_zarr(table_path
     the queried rows' chunks read."""
     code = (
         "import sys\n"
-        "from lookup import reader\n"
+        "from lookup.store import reader\n"
         "read, verified_read = [], reader.Snapshot.read\n"
         "reader.Snapshot.read = lambda self, rel: read.append((self.store.name, rel)) or verified_read(self, rel)\n"
-        "from lookup.cli import main\n"
+        "from lookup.cli.commands import main\n"
         "main(['eps', '--mechanism', 'krr', '--k', '10', '--eps0', '2', '--n', '1e6', '--delta', '1e-8', '--json'],"
         " standalone_mode=False)\n"
         "import lookup\n"
@@ -144,7 +144,7 @@ def test_a_store_the_reader_does_not_implement_is_read_with_zarr(table_path: Pat
     import xarray as xr
     from zarr.codecs import Crc32cCodec, GzipCodec
 
-    from lookup.reader import Unsupported, open_group
+    from lookup.store.reader import Unsupported, open_group
     from tablegen.store import write_manifest
 
     out = tmp_path / "gzip.zarr"
@@ -240,7 +240,7 @@ def test_missing_default_table_says_how_to_get_one(tmp_path, monkeypatch) -> Non
 
 def test_missing_shipped_table_says_reinstall(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("SHUFFLE_EPS_TABLE", raising=False)
-    monkeypatch.setattr("lookup.table.shipped_table", lambda name: tmp_path / name)
+    monkeypatch.setattr("lookup.store.table.shipped_table", lambda name: tmp_path / name)
     with pytest.raises(TableError, match=r"default.zarr: not a published table.*missing from this installation"):
         open_table()
 
@@ -255,7 +255,7 @@ def test_a_table_made_in_python_is_not_certified_unless_its_caller_vouches(monke
     """Issue 37 review (N4): ``Table.certified`` defaulted to True, so arrays nobody vouched for
     (here eps = 0.01 at eps0 = 1, n = 10: far below the exact eps of k-RR, which is about eps0 for
     so few users) were answered as certified by every query kind."""
-    from lookup.api import json_ready
+    from lookup.answer.api import json_ready
 
     eps = np.full((1, 2, 2, 2), 0.01)
     axes = np.array([1.0, 2.0]), np.array([10, 20]), np.array([1e-6, 1e-3])
@@ -272,7 +272,7 @@ def test_a_table_made_in_python_is_not_certified_unless_its_caller_vouches(monke
     assert json_ready("eps", answers["eps"])["certified"] is False
     monkeypatch.setattr(trust, "recorded", lambda digest: None)  # not the fixture's "built"
     with pytest.raises(TableError, match="nothing vouches"):
-        open_table(made)  # lookup.trust: no digest, nothing shipped, built, signed or verified
+        open_table(made)  # lookup.trust.origin: no digest, nothing shipped, built, signed or verified
     vouched = from_arrays("made", ["krr"], [{"k": 3}], *axes, eps, np.full_like(eps, np.nan), {}, vouch=True)
     assert open_table(vouched) is vouched and vouched.provenance == "caller"
     assert lookup.eps("krr", k=3, eps0=1.0, n=10, delta=1e-6, table=vouched, live=False, max_slack=None).certified

@@ -15,8 +15,9 @@ import xarray as xr
 from click.testing import CliRunner
 
 import lookup
-from lookup import signing, trust
-from lookup.manifest import TableError, read_manifest
+from lookup.store import signing
+from lookup.store.manifest import TableError, read_manifest
+from lookup.trust import origin as trust
 from tablegen import store
 from tablegen.cli import main as tablegen_main
 
@@ -145,7 +146,7 @@ def test_spot_checks_draw_every_cell_of_a_small_table_and_random_cells_of_a_larg
 
 
 def test_shipped_tables_are_pinned() -> None:
-    """The pins in lookup/trust.py name the shipped tables, the mechanism table and the calibration
+    """The pins in lookup/trust/origin.py name the shipped tables, the mechanism table and the calibration
     table (issue 37 review, N1), and nothing else: republishing one of data/ without updating its
     pin would refuse it for every user (nothing else vouches for it)."""
     shipped = {trust.listing_digest(read_manifest(store_path)): store_path.name
@@ -236,7 +237,7 @@ def test_a_device_file_signed_by_a_trusted_key_is_vouched_for(table_path: Path, 
     device = tmp_path / "krr.dev"
     export_device(device, "krr", {}, str(table_path))
     assert lookup.open_table(device).provenance == "built"  # tablegen export records what it wrote
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
     assert CliRunner().invoke(tablegen_main, ["sign", str(device), "--key", str(private)]).exit_code == 0
     trust.forget(signing.table_digest(device))
     assert (tmp_path / "krr.dev.sig").is_file()

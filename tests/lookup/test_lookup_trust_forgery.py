@@ -20,10 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 import lookup
-import lookup.cli
-from lookup import live, signing, trust
-from lookup.manifest import TableError, read_manifest
-from lookup.reader import crc32c, open_group
+import lookup.cli.commands
+from lookup.answer import live
+from lookup.store import signing
+from lookup.store.manifest import TableError, read_manifest
+from lookup.store.reader import crc32c, open_group
+from lookup.trust import origin as trust
 from tablegen import store
 from tablegen.cli import main as tablegen_main
 from tablegen.verify import verify
@@ -107,7 +109,7 @@ def test_forgeries_are_refused_or_labelled_uncertified(tmp_path: Path, cache: Pa
     with pytest.raises(TableError, match="nothing vouches for it") as refused:
         lookup.open_table(out)
     assert "tablegen verify --full" in str(refused.value) and "signed by a trusted key" in str(refused.value)
-    result = CliRunner().invoke(lookup.cli.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
+    result = CliRunner().invoke(lookup.cli.commands.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
                                                   "--n", "1e4", "--delta", "1e-6", "--table", str(out), "--json"])
     assert result.exit_code == 3 and "nothing vouches" in result.output
     try:  # asked for explicitly: refused by the random spot checks, or answered as not certified
@@ -116,7 +118,7 @@ def test_forgeries_are_refused_or_labelled_uncertified(tmp_path: Path, cache: Pa
         assert "drawn at random" in str(err)
         return
     assert not table.certified and table.provenance == "unverified"
-    result = CliRunner().invoke(lookup.cli.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
+    result = CliRunner().invoke(lookup.cli.commands.main, ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1",
                                                   "--n", "1e4", "--delta", "1e-6", "--table", str(out), "--json",
                                                   "--unverified", "--max-slack", "none"])
     assert result.exit_code == 0 and json.loads(result.output)["certified"] is False
@@ -129,16 +131,16 @@ def test_an_untrusted_table_that_passes_every_check_is_answered_only_labelled(tm
     out = forge(tmp_path, lambda o, t: rewrite_row(o, "eps", 1, raised(stored(t, "eps", 1), t.eps0)), "raised.zarr")
     args = ["eps", "--mechanism", "krr", "--k", "2", "--eps0", "1", "--n", "1e4", "--delta", "1e-6", "--table",
             str(out), "--json", "--max-slack", "none"]
-    refused = CliRunner().invoke(lookup.cli.main, args)
+    refused = CliRunner().invoke(lookup.cli.commands.main, args)
     assert refused.exit_code == 3 and "nothing vouches" in refused.output
-    answered = CliRunner().invoke(lookup.cli.main, [*args, "--unverified"])
+    answered = CliRunner().invoke(lookup.cli.commands.main, [*args, "--unverified"])
     assert answered.exit_code == 0, answered.output
     answer = json.loads(answered.output)
     assert answer["certified"] is False and answer["eps"] >= true_eps(1.0, 10**4, 1e-6)
     table = lookup.open_table(out, verified=False)  # the Python API labels its table answers alike
     from_table = lookup.eps("krr", eps0=1.0, n=10**4, delta=1e-6, k=2, table=table, max_slack=None)
     assert from_table.source == "table" and from_table.certified is False
-    assert lookup.api.json_ready("eps", from_table)["certified"] is False
+    assert lookup.answer.api.json_ready("eps", from_table)["certified"] is False
     live = lookup.eps("krr", eps0=1.0, n=10**4, delta=1e-6, k=7, table=table)  # the engine certifies it
     assert live.source in ("live", "certified estimate") and live.certified is True
 
@@ -151,7 +153,7 @@ def test_random_spot_checks_catch_a_cone_that_fixed_cells_missed(tmp_path: Path,
 
 
 def _unchecked(path: Path) -> object:
-    from lookup.table import _load_table, open_store
+    from lookup.store.table import _load_table, open_store
 
     return open_store(path, _load_table, "")
 
@@ -185,8 +187,8 @@ def _only_row(table: object, r: int) -> object:
 def test_the_shipped_path_with_other_content_is_a_foreign_table(tmp_path: Path, cache: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     out = forge(tmp_path, scaled)
-    monkeypatch.setattr(lookup.table, "shipped_table", lambda name: out)
-    monkeypatch.delenv(lookup.table.ENV_TABLE, raising=False)
+    monkeypatch.setattr(lookup.store.table, "shipped_table", lambda name: out)
+    monkeypatch.delenv(lookup.store.table.ENV_TABLE, raising=False)
     with pytest.raises(TableError, match="nothing vouches"):
         lookup.open_table()
     assert lookup.open_table(SHIPPED).provenance == "shipped"  # pinned by digest: the genuine one still is
@@ -266,7 +268,7 @@ def test_stripped_and_foreign_signatures_are_refused_once_a_key_is_trusted(
     digest = trust.listing_digest(read_manifest(custom))
     assert trust.record_built(custom, digest) and lookup.open_table(custom).provenance == "built"
     monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
     with pytest.raises(TableError, match="not signed, and trusted keys are configured"):
         lookup.open_table(custom)  # built here, but the operator wants signatures
     signing.sign(custom, keys["theirs"][0])
@@ -275,7 +277,7 @@ def test_stripped_and_foreign_signatures_are_refused_once_a_key_is_trusted(
     signing.sign(custom, keys["ours"][0])
     assert lookup.open_table(custom).provenance == "signed"
     trust.signature_path(custom).unlink()  # stripped
-    lookup.table._OPEN.clear()  # a table's provenance is established once per process
+    lookup.store.table._OPEN.clear()  # a table's provenance is established once per process
     with pytest.raises(TableError, match="not signed"):
         lookup.open_table(custom)
 
@@ -316,7 +318,7 @@ def test_a_genuine_custom_table_built_copied_signed_and_verified(
     monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "builder"))
     digest = trust.listing_digest(read_manifest(table_path))
     assert trust.record_built(table_path, digest)  # what tablegen build records
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
     assert lookup.open_table(table_path).provenance == "built"
     copy = tmp_path / "copy.zarr"
     shutil.copytree(table_path, copy)
@@ -329,7 +331,7 @@ def test_a_genuine_custom_table_built_copied_signed_and_verified(
     monkeypatch.setenv(trust.ENV_KEYS, str(keys["ours"][1]))
     assert lookup.open_table(copy).provenance == "signed"
     monkeypatch.delenv(trust.ENV_KEYS)
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
     start = time.perf_counter()
     result = CliRunner().invoke(tablegen_main, ["verify", "--full", str(copy)])
     assert result.exit_code == 0, result.output
@@ -405,8 +407,8 @@ def test_fallback_reader_takes_the_digest_from_the_listing_it_verified(tmp_path:
     """The zarr fallback once re-read MANIFEST.sha256 after verifying the files: a genuine
     manifest swapped in between made a forgery look pinned.  The swap happens right after the
     verified read; the digest is still the forgery's."""
-    from lookup import reader
-    from lookup import table as table_module
+    from lookup.store import reader
+    from lookup.store import table as table_module
 
     out = forge(tmp_path, scaled)
     forged_manifest = (out / "MANIFEST.sha256").read_bytes()
@@ -435,7 +437,7 @@ def test_symlinks_and_paths_leaving_the_store_are_refused(tmp_path: Path, cache:
     chunk.unlink()
     chunk.symlink_to(outside)
     store.write_manifest(out)
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
     with pytest.raises(TableError, match="symbolic link"):
         lookup.open_table(out, verified=False)
     manifest = (out / "MANIFEST.sha256").read_text()
@@ -482,7 +484,7 @@ def shape_bomb(out: Path, table: object) -> None:
 def test_bombs_are_refused_in_under_a_second_and_200_mb(tmp_path: Path, cache: Path,
                                                         bomb: Callable[[Path, object], None]) -> None:
     out = forge(tmp_path, bomb)
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
 
     def use() -> None:  # as every reader opens it, the row with the bomb used at once
         with pytest.raises(TableError, match="refused"):
@@ -514,7 +516,7 @@ def test_a_shape_bomb_on_the_fallback_reader_is_refused_before_decoding(tmp_path
 def _refused_within_bounds(out: Path, message: str) -> None:
     """Opening ``out`` (unverified: past provenance, to its reading) is refused with ``message``
     in under 1 s and 200 MB."""
-    lookup.table._OPEN.clear()
+    lookup.store.table._OPEN.clear()
 
     def use() -> None:
         with pytest.raises(TableError, match=message):
@@ -576,8 +578,8 @@ def test_bombs_for_zarrs_reader_are_refused_before_decoding(tmp_path: Path, cach
 def test_a_device_file_exported_from_a_table_made_in_python_is_not_recorded(tmp_path: Path, cache: Path) -> None:
     """``export_device`` given a Table object nothing vouched for (made by ``from_arrays``, every eps
     0) once recorded the file as built here: read_device then answered 0 as certified."""
-    from lookup.device import DeviceFileError, read_device
-    from lookup.table import from_arrays
+    from lookup.device.files import DeviceFileError, read_device
+    from lookup.store.table import from_arrays
     from tablegen.export import export_device
 
     eps0, n, delta = np.array([1.0, 2.0]), np.array([100.0, 1000.0]), np.array([1e-6])
@@ -595,7 +597,7 @@ def test_a_device_file_with_every_value_halved_is_refused(tmp_path: Path, cache:
     intact by its SHA-256, but nothing vouches for the new digest."""
     import struct
 
-    from lookup.device import DeviceFileError, encode, read_device
+    from lookup.device.files import DeviceFileError, encode, read_device
     from tablegen.export import export_device
 
     device = tmp_path / "krr2.dev"

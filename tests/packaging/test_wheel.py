@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lookup.table import open_table, read_verified
+from lookup.store.table import open_table, read_verified
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "lookup", "tablegen", "data")
@@ -110,7 +110,7 @@ def test_distributions_carry_verifiable_tables(dist: dict[str, Path], kind: str,
     else:
         _untar(dist["sdist"], tmp_path)
         stores = next(tmp_path.iterdir()) / "data"
-        sources = {p.name for p in (next(tmp_path.iterdir()) / "lookup" / "c").iterdir()}
+        sources = {p.name for p in (next(tmp_path.iterdir()) / "lookup" / "device" / "c").iterdir()}
         assert {"shuffle_eps_device.h", "shuffle_eps_device.c", "shuffle_eps_query.c"} <= sources  # the C reader
     for name in TABLES:
         assert (stores / name / "MANIFEST.sha256").is_file(), f"{name} missing from the {kind}"

@@ -395,13 +395,13 @@ def test_without_lower_every_no_lower_bounds_are_computed(tmp_path: Path) -> Non
 
 
 def test_sign_key_on_a_fresh_build_signs_the_digest_it_published(spec_path: Path, tmp_path: Path) -> None:
-    """The publish signs the new table (store._publish_with, lookup.signing.sign) with the digest of
+    """The publish signs the new table (store._publish_with, lookup.store.signing.sign) with the digest of
     the manifest it wrote, and the signature verifies under the key's public half."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from lookup import trust
-    from lookup.manifest import read_manifest
+    from lookup.store.manifest import read_manifest
+    from lookup.trust import origin as trust
 
     private = Ed25519PrivateKey.generate()
     key = tmp_path / "key.pem"
@@ -422,8 +422,8 @@ def test_sign_key_on_an_up_to_date_table_signs_only_what_this_machine_vouches_fo
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from lookup import trust
-    from lookup.manifest import read_manifest
+    from lookup.store.manifest import read_manifest
+    from lookup.trust import origin as trust
 
     key = tmp_path / "key.pem"
     key.write_bytes(Ed25519PrivateKey.generate().private_bytes(

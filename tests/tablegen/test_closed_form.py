@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_matrix, krr_upper_law, pair_divergence
 
-from tablegen.engine.accountant import Query
+from tablegen.engine.bounds import Query
 from tablegen.engine.closed_form import (
     chernoff_log_delta,
     far_n_delta,

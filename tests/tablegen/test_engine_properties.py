@@ -219,7 +219,7 @@ def test_certified_delta_has_no_absolute_floor():
 def test_a_floor_answer_has_lower_bound_zero_without_evaluating_it(monkeypatch):
     """delta(0) <= delta: the certified eps is the search floor eps0 * 1e-9, and no lower-bound
     evaluation can prove more than 0 there (it used to cost 10-25 s of FFTs at n = 1e9)."""
-    from tablegen.engine.accountant import Query
+    from tablegen.engine.bounds import Query
 
     assert exact_delta(*krr_upper_law(0.05, 0.0, 2), 1000) <= 1e-3  # the regime: exact eps is 0 from n = 1000
     def refuse(self, eps):

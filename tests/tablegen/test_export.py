@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from shuffle_reference import binary_rr_delta, clone_law, exact_delta, krr_upper_law
 
 import lookup
-from lookup.device import read_device
-from lookup.table import TableError
+from lookup.device.files import read_device
+from lookup.store.table import TableError
 from tablegen.engine.dense import eps_slice
 from tablegen.export import SLACK_FLOOR, export_deployment
 from tablegen.store import round_float32
@@ -84,7 +84,7 @@ def test_computed_file_answers_through_lookup_and_refuses_what_it_cannot(krr_fil
                                    (1.0, 199, 1e-5, {"k": 3}),    # n below n_min
                                    (1.0, 5000, 1e-7, {"k": 3}),   # delta below the smallest stored
                                    (1.0, 5000, 1e-5, {"k": 2})]:  # another row (a smaller k: no bound from k=3;
-        # lookup answers a LARGER k from k = 3, lookup.rules: the exact eps of k-RR is non-increasing in k)
+        # lookup answers a LARGER k from k = 3, lookup.answer.rules: the exact eps of k-RR is non-increasing in k)
         with pytest.raises(ValueError, match="does not cover"):
             device.eps(params, eps0, n, delta)
         with pytest.raises(TableError, match="cannot answer"):
@@ -97,7 +97,7 @@ def test_computed_file_answers_through_lookup_and_refuses_what_it_cannot(krr_fil
                                   ["--eps0", "1.0", "--n", "199", "--delta", "1e-5", "--k", "3"],
                                   ["--eps0", "1.0", "--n", "5000", "--delta", "1e-7", "--k", "3"]])
 def test_lookup_cli_with_no_live_refuses_outside_the_file(krr_file: tuple[Path, dict], args: list[str]) -> None:
-    from lookup.cli import main
+    from lookup.cli.commands import main
 
     path, _ = krr_file
     result = CliRunner().invoke(main, ["eps", "--mechanism", "krr", *args, "--table", str(path), "--no-live"])

@@ -30,14 +30,15 @@ from shuffle_reference import exact_delta, krr_upper_law
 from test_protocols import exact_binary
 
 import lookup
-import lookup.cli
-import lookup.table
-from lookup import signing, trust
-from lookup.manifest import MANIFEST, TableError, read_manifest
+import lookup.cli.commands
+import lookup.store.table
+from lookup.store import signing
+from lookup.store.manifest import MANIFEST, TableError, read_manifest
+from lookup.trust import origin as trust
 from tablegen import build as builder
 from tablegen import store
+from tablegen.calibration import build_calibration
 from tablegen.export import export_device
-from tablegen.protocols.table import build_calibration
 from tablegen.spec import spec_from_dict
 from tablegen.verify import verify
 
@@ -70,7 +71,7 @@ def victim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(trust.ENV_CACHE, str(tmp_path / "victim-cache"))
     monkeypatch.setenv(trust.ENV_KEYS, "")
     monkeypatch.setattr(trust, "_REFUTED", {})
-    monkeypatch.setattr(lookup.table, "_OPEN", {})
+    monkeypatch.setattr(lookup.store.table, "_OPEN", {})
     return tmp_path / "victim-cache"
 
 
@@ -309,7 +310,7 @@ QUERY = ["eps", "--mechanism", "krr", "--k", "4", "--eps0", "1", "--n", "1e6", "
 
 
 def test_a_private_key_given_as_trusted_key_is_refused_at_once(victim: Path, private_key: Path) -> None:
-    result = CliRunner().invoke(lookup.cli.main, [*QUERY, "--trusted-key", str(private_key)])
+    result = CliRunner().invoke(lookup.cli.commands.main, [*QUERY, "--trusted-key", str(private_key)])
     assert result.exit_code == 2, result.output
     assert "--trusted-key" in result.output and "private key" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -318,11 +319,11 @@ def test_a_private_key_given_as_trusted_key_is_refused_at_once(victim: Path, pri
 def test_a_private_key_in_the_trusted_keys_variable_is_refused_at_once(victim: Path, private_key: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(trust.ENV_KEYS, str(private_key))
-    result = CliRunner().invoke(lookup.cli.main, QUERY)
+    result = CliRunner().invoke(lookup.cli.commands.main, QUERY)
     assert result.exit_code == 2 and f"${trust.ENV_KEYS}" in result.output and "private key" in result.output
     with pytest.raises(ValueError, match="private key"):  # the Python API too, whatever table answers
         lookup.open_table()
-    calibrated = CliRunner().invoke(lookup.cli.main, ["calibrate", "--mechanism", "binary-sum", "--eps", "1",
+    calibrated = CliRunner().invoke(lookup.cli.commands.main, ["calibrate", "--mechanism", "binary-sum", "--eps", "1",
                                                       "--delta", "1e-6", "--n", "1e4"])
     assert calibrated.exit_code == 2 and "private key" in calibrated.output
 
@@ -334,7 +335,7 @@ def test_public_keys_are_still_accepted(victim: Path, private_key: Path, tmp_pat
     public = tmp_path / "signer.pub.pem"
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
-    result = CliRunner().invoke(lookup.cli.main, [*QUERY, "--trusted-key", str(public)])
+    result = CliRunner().invoke(lookup.cli.commands.main, [*QUERY, "--trusted-key", str(public)])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["certified"] is True
 
@@ -391,6 +392,6 @@ def test_a_publish_folder_swapped_before_the_manifest_is_refused(tmp_path: Path,
         assert "nothing published" in str(err) or "failed verification" in str(err)
         assert not out.exists()
     if out.exists():  # published: nothing vouches for it
-        monkeypatch.setattr(lookup.table, "_OPEN", {})
+        monkeypatch.setattr(lookup.store.table, "_OPEN", {})
         with pytest.raises(TableError, match="nothing vouches for it"):
             lookup.open_table(out)

@@ -10,7 +10,7 @@ from shuffle_reference import exact_delta, krr_lower_laws
 
 from tablegen.decomposition import Decomposition
 from tablegen.engine import eps_bounds, lower
-from tablegen.engine.accountant import LOWER_RESOLUTION, Query, delta_of_decomposition, refined_lower
+from tablegen.engine.bounds import LOWER_RESOLUTION, Query, delta_of_decomposition, refined_lower
 from tablegen.engine.lower import _min_one_minus_cos, delta_lower
 from tablegen.engine.spectral import delta_upper, spread_plans
 

@@ -123,7 +123,7 @@ def test_interrupted_calibration_build_resumes(tmp_path, monkeypatch) -> None:
     gives the table of an uninterrupted build."""
     import xarray as xr
 
-    from tablegen.protocols import table
+    from tablegen import calibration as table
     from tablegen.store import StoreError, staging_path
 
     spec, out = _spec(tmp_path), tmp_path / "p.zarr"
@@ -158,7 +158,7 @@ def test_unstamped_staging_is_not_trusted(tmp_path) -> None:
     removed) must not lend its slices to another spec of the same shape."""
     import xarray as xr
 
-    from tablegen.protocols import table
+    from tablegen import calibration as table
     from tablegen.store import staging_path
 
     out = tmp_path / "p.zarr"

@@ -10,7 +10,7 @@ from shuffle_reference import clone_law, exact_delta, krr_lower_laws, krr_upper_
 
 from tablegen.engine import certifies, delta_bounds, dense, eps_bounds
 from tablegen.engine import spectral as spectral_path
-from tablegen.engine.accountant import delta_of_decomposition
+from tablegen.engine.bounds import delta_of_decomposition
 from tablegen.engine.dense import eps_slice, lower_slice
 from tablegen.engine.spectral import delta_upper
 from tablegen.mechanisms import get_mechanism

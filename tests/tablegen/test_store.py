@@ -18,8 +18,8 @@ import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookup import trust
-from lookup.table import open_store, open_table
+from lookup.store.table import open_store, open_table
+from lookup.trust import origin as trust
 from tablegen import store
 from tablegen.build import dataset
 from tablegen.spec import spec_from_dict
@@ -102,7 +102,7 @@ def test_float64_store_still_opens_and_compact_answers_match(tmp_path: Path, mon
     monkeypatch.setattr(trust, "vouch", lambda table, digest, verified=True: None)
     rng = np.random.default_rng(1)
     eps0 = np.array([0.1, 1.0])[None, :, None, None]
-    # random, but shaped as eps is (lookup.checks refuses a surface that is not): the same factors
+    # random, but shaped as eps is (lookup.store.checks refuses a surface that is not): the same factors
     # at both eps0, non-increasing along n and along delta
     factor = np.sort(np.sort(rng.uniform(0.05, 1.5, (SHAPE[0], 1, *SHAPE[2:])), axis=2), axis=3)[:, :, ::-1, ::-1]
     eps = np.minimum(eps0 * factor, eps0)

@@ -24,7 +24,7 @@ from tablegen import compose
 from tablegen.cli import main
 from tablegen.compose import baselines
 from tablegen.engine import delta_bounds, eps_bounds
-from tablegen.engine.accountant import delta_of_decomposition
+from tablegen.engine.bounds import delta_of_decomposition
 from tablegen.mechanisms import get_mechanism
 from tablegen.mechanisms.finite import finite_upper
 from tablegen.mechanisms.subsample import subsampled, subsampled_decomposition
