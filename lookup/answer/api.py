@@ -74,7 +74,25 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     ``quick=True`` (the service's first refinement of a question): one engine evaluation where it
     suffices, the smooth estimate inflated by half a step certified and published with its slack
     unknown (NaN: no bracket against a value the engine refused), beside the table's lower bound (or
-    none) instead of one the engine proves near it (``refine.eps``, ``refine.lower_eps``)."""
+    none) instead of one the engine proves near it (``refine.eps``, ``refine.lower_eps``).
+
+    Args:
+        mechanism: a family of the engine's registry (``krr``, ``generic``, ``laplace``, ...).
+        eps0: the local randomizer's eps0 (scalar or array).
+        n: the number of users, an integer >= 1 (scalar or array).
+        delta: in (0, 1) (scalar or array).
+        table: a ``Table`` (``open_table``), a path, or None for the shipped table.
+        live: whether the engine may answer what the table cannot (off the grid, or refinements).
+        max_slack: refine table answers whose slack estimate exceeds it (None: the table alone).
+        rounds: T identical rounds composed (None: one round).
+        sample_rate: each user's probability of taking part in a round (with ``rounds``).
+        quick: the service's first refinement (see above).
+        **params: the family's parameters (``k`` for k-RR, ``g`` for OLH, ...).
+
+    Returns:
+        An ``Answer``: ``value`` (certified eps, never below the exact value of the analysis),
+        ``lower`` (a lower bound, NaN where none), ``source``, ``slack`` and the grid corner used.
+    """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
@@ -194,7 +212,15 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
           max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
     """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation (with its
     lower bound, published where larger than the table's) where the table's slack estimate exceeds
-    ``max_slack``."""
+    ``max_slack``.
+
+    Args:
+        mechanism, eps0, n, table, live, max_slack, **params: as for ``eps``.
+        eps: the eps at which delta is certified, >= 0 (scalar or array).
+
+    Returns:
+        An ``Answer`` whose ``value`` is the certified delta and ``lower`` its lower bound.
+    """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
@@ -225,7 +251,16 @@ def _engine_delta_lower(q: _Queries, i: int) -> float:
 def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
              max_slack: float | None = MAX_SLACK_EPS0, **params: Any) -> Answer:
     """Largest eps0 whose certified eps at (n, delta) is <= ``eps``: grid eps0 rounded down,
-    refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``."""
+    refined by the engine (estimate, then certify) where the slack estimate exceeds ``max_slack``.
+
+    Args:
+        mechanism, n, delta, table, live, **params: as for ``eps``.
+        eps: the target eps after shuffling, > 0 (scalar or array).
+        max_slack: refine where the slack estimate exceeds it (default 1%; None: the table alone).
+
+    Returns:
+        An ``Answer`` whose ``value`` is an eps0 at which eps is certified (the local budget).
+    """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)

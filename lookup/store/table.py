@@ -140,7 +140,17 @@ _OPEN: dict[tuple[str, float, str], Any] = {}
 def open_table(path: str | Path | Table | None = None, verified: bool = True) -> Table:
     """The table at ``path`` (default: the shipped one), verified and loaded once per process,
     answered from only if ``lookup.trust.origin`` can say where it came from (``Table.provenance``);
-    ``verified=False`` opens one nothing vouches for, with ``Table.certified`` False."""
+    ``verified=False`` opens one nothing vouches for, with ``Table.certified`` False.
+
+    Args:
+        path: a table store or device file, an opened ``Table``, or None (``$SHUFFLE_EPS_TABLE``, else
+            the shipped table).
+        verified: refuse a table nothing vouches for (shipped, built here, signed by a trusted key or
+            fully verified here); False opens it with ``certified`` False.
+
+    Returns:
+        The ``Table``. Raises ``TableError`` with the reason and the ways to vouch for it.
+    """
     if isinstance(path, Table):
         return _vouched(path, verified)
     hint = "build one with `tablegen build`"
