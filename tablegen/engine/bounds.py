@@ -449,7 +449,16 @@ def _fft_where_declined(out: np.ndarray, eps: np.ndarray, fft: Callable[[float],
 def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, lower: bool = True,
                  **params: Any) -> Bounds:
     """Certified delta at eps (and the lower bound) for n users of ``mechanism``; a certified
-    delta below ``DELTA_FLOOR`` is reported as ``DELTA_FLOOR`` (rounded up)."""
+    delta below ``DELTA_FLOOR`` is reported as ``DELTA_FLOOR`` (rounded up).
+
+    Args:
+        mechanism, eps0, n, **params: as for ``eps_bounds``.
+        eps: >= 0.
+        lower: also compute the lower bound.
+
+    Returns:
+        ``Bounds(upper, lower, detail)`` on the exact delta at eps.
+    """
     far = FarEps0.of(mechanism, eps0, n, params)
     if far is not None:
         return far.delta_bounds(validate.nonnegative_finite("eps", eps), lower)
@@ -531,7 +540,20 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
     without a lower bound; for eps0 above ``limits.EPS0_MAX`` eps0 itself where a lower bound
     proves it close (``FarEps0``), else a ValueError.  ``detail`` then says which
     (``far_n_detail``, ``FarEps0.eps_bounds``); its ``note`` says why the answer is eps0 where
-    an n delta0 term uses up delta (``Query.delta0_note``).
+    an n delta0 term uses up delta (``Query.delta0_note``).  Binary RR (k-RR, k = 2) is certified at
+    the exact worst case over datasets (``binary.py``; docs/soundness.md).
+
+    Args:
+        mechanism: a registry name or a ``Mechanism``.
+        eps0: the local randomizer's eps0.
+        n: the number of users.
+        delta: in (0, 1).
+        lower: also search the lower bound (else ``Bounds.lower`` is None).
+        rtol: the search's relative width.
+        **params: the family's parameters (``k``, ``g``, ``delta0``, ...).
+
+    Returns:
+        ``Bounds(upper, lower, detail)``: upper never below the exact eps of the analysis.
     """
     far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
