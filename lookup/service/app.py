@@ -35,10 +35,8 @@ import json
 import logging
 import math
 import operator
-import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
 from importlib.util import find_spec
 from typing import Any
 from urllib.parse import parse_qsl
@@ -59,9 +57,9 @@ from lookup.device.files import canonical
 from lookup.format import MECHANISM_PARAMS
 from lookup.service import shared
 from lookup.service.pool import REFINE_NICE, SLICE_NICE, Busy, Pool, worker_table
+from lookup.service.settings import ENV_SETTINGS, Settings, default_live_workers, settings_env, settings_from_env
 from lookup.store.table import Table, TableError, open_table
 
-ENV_SETTINGS = "SHUFFLE_EPS_SERVE_SETTINGS"  # JSON of Settings, for uvicorn's worker processes
 MAX_URL = 2048
 CATEGORIES_MAX = 10**8  # k, g, domain: tablegen.limits.CATEGORIES_MAX (a test keeps them equal)
 ROUNDS_MAX = 10**6  # rounds: tablegen.compose.MAX_ROUNDS (a test keeps them equal)
@@ -78,46 +76,6 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 SLACK_BUCKETS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # an answer's slack estimate
 TABLE_CACHE_CONTROL = "public, max-age=86400"  # a table answer never changes for a given table
 LOG = logging.getLogger("lookup.service.app")  # server faults (500s), each with its request and traceback
-
-
-def default_live_workers() -> int:
-    """Live work (live answers, rounds) takes at most all cores but one: the event loop and the
-    refinements' worker keep one (2 cores: 1 live worker)."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the application is built from (the server's own limits are uvicorn's: lookup/service/serve.py)."""
-
-    table: str | None = None  # table store (None: the shipped table)
-    live_workers: int = field(default_factory=default_live_workers)  # live answers and rounds
-    queue: int = 8  # live tasks admitted at once, running or waiting (more: 503 + Retry-After)
-    live_timeout: float = 30.0  # seconds of run time a live task may take (more: 503 for it alone)
-    memory_mb: int = 4096  # address-space limit of each live worker process (0: none)
-    cache_size: int = 4096  # live answers kept (LRU)
-    retry_after: int = 5  # seconds, the Retry-After of a 503
-    refine_budget: float = 0.03  # seconds a table answer waits for its refinement (then: "refined": false)
-    slice_cache: int = 64  # eps0 slices kept (LRU, lookup/answer/slices.py; 0: none computed)
-    slice_timeout: float = 120.0  # seconds of run time an eps0 slice may take
-    background_workers: int = 1  # worker processes computing eps0 slices (lowest priority)
-    refine_workers: int = 2  # worker processes reserved for refinements (never live work nor slices)
-    refine_queue: int = 32  # refinements admitted at once (more: answered unrefined, the refinement not started)
-    # address-space limit of each refinement and slice worker (0: none): a refinement worker's is about
-    # 505 MB at rest, 235 MB of it the table's rows mapped from the server's sealed memfd (lookup/service/shared.py);
-    # with one BLAS thread it bounds the worker's memory, and a task past it fails alone (a refinement:
-    # the table's answer stands; a slice: not kept)
-    refine_memory_mb: int = 1024
-
-    def check(self) -> Settings:
-        counts = (self.live_workers, self.queue, self.background_workers, self.refine_workers, self.refine_queue)
-        sizes = (self.cache_size, self.memory_mb, self.refine_memory_mb, self.retry_after, self.slice_cache)
-        if min(counts) < 1 or min(sizes) < 0 or not (self.live_timeout > 0 and self.slice_timeout > 0
-                                                     and self.refine_budget >= 0):
-            raise ValueError("live_workers, background_workers, refine_workers, refine_queue and queue must be >= 1, "
-                             "live_timeout and slice_timeout > 0, memory_mb, refine_memory_mb, cache_size, "
-                             "retry_after, refine_budget, slice_cache >= 0")
-        return self
 
 
 class Refused(ValueError):
@@ -760,11 +718,7 @@ def openapi() -> dict[str, Any]:
 
 def app_from_env() -> Starlette:
     """``create_app`` with the settings in ``$SHUFFLE_EPS_SERVE_SETTINGS`` (uvicorn's factory)."""
-    return create_app(Settings(**json.loads(os.environ.get(ENV_SETTINGS, "{}"))))
-
-
-def settings_env(settings: Settings) -> str:
-    return json.dumps(asdict(settings))
+    return create_app(settings_from_env())
 
 
 def _engine_version() -> str:
@@ -901,4 +855,4 @@ def _boolean(text: str) -> bool:
     raise ValueError(f"live must be true or false, got live={text!r}")
 
 
-__all__ = ["Settings", "app_from_env", "create_app"]
+__all__ = ["ENV_SETTINGS", "Settings", "app_from_env", "create_app", "default_live_workers", "settings_env"]
