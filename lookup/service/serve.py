@@ -18,7 +18,7 @@ help of its ``lookup serve`` option: ``max_connections`` (``--limit-concurrency`
 process; the process's open file limit is raised to its hard limit at start), ``header_timeout``,
 ``timeout_keep_alive`` (longer than a load balancer's idle timeout, so that the balancer, not the
 server, closes idle connections: docs/lookup.md), ``h11_max_incomplete_event_size``
-(``--max-header-bytes``: more is a 400 and the connection closed; the URL itself: ``app.MAX_URL``),
+(``--max-header-bytes``: more is a 400 and the connection closed; the URL itself: ``schema.MAX_URL``),
 ``backlog``, ``timeout_graceful_shutdown`` (``--graceful-timeout``) and ``workers`` (server
 processes, each with its own table and live pool).
 """
