@@ -28,6 +28,8 @@ from lookup.answer.api import (
 from lookup.answer.params import HELP, ascii_number_type, click_options, parse_params, query_arguments
 from lookup.cli.extras import CommandGroup
 from lookup.cli.output import emit
+from lookup.service.settings import Settings
+from lookup.service.settings import options as settings_fields
 from lookup.store.table import TableError
 from lookup.trust.origin import ENV_KEYS, trusted_key_files, trusted_keys
 
@@ -143,70 +145,31 @@ def calibrate(mechanism: str, eps_: str, delta: str, n: str, table: str | None, 
     _answer(run, as_json)
 
 
+def settings_options(func: Any) -> Any:
+    """The ``lookup serve`` options, one per field of ``lookup.service.settings.Settings`` that
+    names one (its option, help and default there), each passed under the field's name."""
+    types = {"int": ASCII_INT, "float": ASCII_FLOAT, "bool": None, "str": None, "str | None": None}
+    for name, kind, option, default, help_text in reversed(settings_fields()):
+        shown = {"show_default": True} if default is not None else {}
+        typed = {"type": types[kind]} if types[kind] is not None else {}
+        func = click.option(option, name, default=default, help=help_text, **typed, **shown)(func)
+    return func
+
+
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
-@click.option("--port", type=ASCII_INT, default=8080, show_default=True, help="port (0: any free port, one worker)")
-@click.option("--table", default=None, help="table store (default: the shipped table)")
-@click.option("--workers", type=ASCII_INT, default=1, show_default=True,
-              help="server processes (each with its own pool)")
-@click.option("--live-workers", type=ASCII_INT, default=None,
-              help="worker processes for live work and rounds [default: cores - 1, at least 1]")
-@click.option("--refine-workers", type=ASCII_INT, default=2, show_default=True,
-              help="worker processes reserved for refinements (a few ms each; never live work)")
-@click.option("--refine-memory-mb", type=ASCII_INT, default=1024, show_default=True,
-              help="address-space limit of each refinement and slice worker, MiB (0: none)")
-@click.option("--slice-workers", type=ASCII_INT, default=1, show_default=True,
-              help="worker processes computing eps0 slices (lowest priority)")
-@click.option("--queue", type=ASCII_INT, default=8, show_default=True,
-              help="live tasks admitted at once, running or waiting (more: 503 with Retry-After)")
-@click.option("--live-timeout", type=ASCII_FLOAT, default=30.0, show_default=True,
-              help="seconds a live task may run (more: 503, its workers replaced)")
-@click.option("--memory-mb", type=ASCII_INT, default=4096, show_default=True,
-              help="address-space limit of each live worker, MiB (0: none)")
-@click.option("--cache-size", type=ASCII_INT, default=4096, show_default=True, help="live answers kept (LRU)")
-@click.option("--retry-after", type=ASCII_INT, default=5, show_default=True, help="Retry-After of a 503, seconds")
-@click.option("--limit-concurrency", type=ASCII_INT, default=4096, show_default=True,
-              help="connections open at once per server process (more: JSON 503 with Retry-After)")
-@click.option("--timeout-keep-alive", type=ASCII_FLOAT, default=75.0, show_default=True,
-              help="seconds an idle keep-alive connection stays open (above the load balancer's idle timeout)")
-@click.option("--max-header-bytes", type=ASCII_INT, default=16384, show_default=True,
-              help="largest request line plus headers (h11_max_incomplete_event_size)")
-@click.option("--backlog", type=ASCII_INT, default=2048, show_default=True, help="connections waiting to be accepted")
-@click.option("--graceful-timeout", type=ASCII_FLOAT, default=30.0, show_default=True,
-              help="seconds SIGTERM waits for requests in flight")
-@click.option("--header-timeout", type=ASCII_FLOAT, default=5.0, show_default=True,
-              help="seconds a request's line and headers may take to arrive (then the connection is closed)")
-@click.option("--refine-budget", type=ASCII_FLOAT, default=0.03, show_default=True,
-              help='seconds a table answer waits for its refinement (then answered with "refined": false)')
-@click.option("--access-log/--no-access-log", default=True, show_default=True, help="one log line per request")
-def serve(host: str, port: int, table: str | None, workers: int, live_workers: int | None, refine_workers: int,
-          refine_memory_mb: int, slice_workers: int, queue: int, live_timeout: float,
-          memory_mb: int, cache_size: int, retry_after: int, limit_concurrency: int, timeout_keep_alive: float,
-          max_header_bytes: int, backlog: int, graceful_timeout: float, header_timeout: float, refine_budget: float,
-          access_log: bool) -> None:
+@settings_options
+def serve(**given: Any) -> None:
     """Serve GET /v1/eps, /v1/delta, /v1/eps0-max, /v1/info, /healthz and /metrics (needs the serve extra:
     pip install 'shuffle-eps[serve]')."""
-    from lookup.service.app import Settings  # a missing serve extra: one line from CommandGroup, status 1
-    from lookup.service.serve import PortInUse, ServerLimits, run
+    from lookup.service.serve import PortInUse, run  # a missing serve extra: one line from CommandGroup, status 1
 
     try:
-        if not 0 <= port <= 65535:
-            raise ValueError(f"--port must be in 0..65535 (0: any free port), got {port}")
-        settings = Settings(table, queue=queue, live_timeout=live_timeout, memory_mb=memory_mb,
-                            cache_size=cache_size, retry_after=retry_after, refine_budget=refine_budget,
-                            refine_workers=refine_workers, background_workers=slice_workers,
-                            refine_memory_mb=refine_memory_mb,
-                            **({"live_workers": live_workers} if live_workers is not None else {})).check()
-        if workers < 1 or limit_concurrency < 1 or backlog < 1 or max_header_bytes < 1024 or not header_timeout > 0:
-            raise ValueError("--workers, --limit-concurrency and --backlog must be >= 1, --max-header-bytes >= 1024, "
-                             "--header-timeout > 0")
+        settings = Settings(**{name: value for name, value in given.items() if value is not None}).check()
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    limits = ServerLimits(limit_concurrency, timeout_keep_alive, max_header_bytes, backlog, graceful_timeout, workers,
-                          access_log, header_timeout, retry_after)
     try:
-        run(host, port, settings, limits)
+        run(settings)
     except PortInUse as err:  # bad input: the address given is taken
         click.echo(f"error: {err}", err=True)
         sys.exit(2)

@@ -13,19 +13,14 @@ configures it and adds what uvicorn lacks, in ``GuardedH11`` (its h11 protocol, 
   and answers a text/plain 503 without Retry-After: it is left off);
 - a JSON 400 for a malformed request (uvicorn's is text/plain).
 
-Its limits, each with its default (``ServerLimits``):
-
-- ``max_connections`` 4096: connections open at once, per server process (the process's open
-  file limit is raised to its hard limit at start);
-- ``header_timeout`` 5 s: the request headers' deadline;
-- ``timeout_keep_alive`` 75 s: an idle keep-alive connection is closed after it (longer than a
-  load balancer's idle timeout, 60 s by default on the common ones, so that the balancer, not
-  the server, closes idle connections: docs/lookup.md);
-- ``h11_max_incomplete_event_size`` 16384 bytes: the largest request line plus headers (h11);
-  more is a 400 and the connection closed (the URL itself: 2048 characters, ``app.MAX_URL``);
-- ``backlog`` 2048: connections waiting to be accepted;
-- ``timeout_graceful_shutdown`` 30 s: how long SIGTERM waits for requests in flight;
-- ``workers`` 1: server processes (each with its own table and live pool).
+Its limits are fields of ``lookup.service.settings.Settings``, where each has its default and the
+help of its ``lookup serve`` option: ``max_connections`` (``--limit-concurrency``, per server
+process; the process's open file limit is raised to its hard limit at start), ``header_timeout``,
+``timeout_keep_alive`` (longer than a load balancer's idle timeout, so that the balancer, not the
+server, closes idle connections: docs/lookup.md), ``h11_max_incomplete_event_size``
+(``--max-header-bytes``: more is a 400 and the connection closed; the URL itself: ``schema.MAX_URL``),
+``backlog``, ``timeout_graceful_shutdown`` (``--graceful-timeout``) and ``workers`` (server
+processes, each with its own table and live pool).
 """
 
 from __future__ import annotations
@@ -37,35 +32,17 @@ import json
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from lookup.service.app import ENV_SETTINGS, Settings, settings_env
-
-ENV_LIMITS = "SHUFFLE_EPS_SERVE_LIMITS"  # JSON of ServerLimits, for every server process
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """The server's settings (see the module docstring for what each one bounds)."""
-
-    max_connections: int = 4096
-    timeout_keep_alive: float = 75.0
-    h11_max_incomplete_event_size: int = 16384
-    backlog: int = 2048
-    timeout_graceful_shutdown: float = 30.0
-    workers: int = 1
-    access_log: bool = True
-    header_timeout: float = 5.0
-    retry_after: int = 5  # seconds, the Retry-After of a refused connection
+from lookup.service.settings import ENV_SETTINGS, Settings, settings_env, settings_from_env
 
 
 @functools.cache
-def _limits() -> ServerLimits:
-    return ServerLimits(**json.loads(os.environ.get(ENV_LIMITS, "{}")))
+def _limits() -> Settings:
+    return settings_from_env()
 
 
 class GuardedH11(H11Protocol):
@@ -124,25 +101,25 @@ class PortInUse(ValueError):
     """The address to listen on is taken (the command line exits with status 2)."""
 
 
-def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
+def run(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM (blocking).  The address is bound first (``PortInUse`` where it
     is taken), then the table is opened (and verified) by each server process before it accepts a
     connection; errors raise here (workers = 1)."""
     import uvicorn
 
     settings.check()
-    os.environ[ENV_SETTINGS] = settings_env(settings)  # read by app_from_env in every server process
-    os.environ[ENV_LIMITS] = json.dumps(asdict(limits))  # read by GuardedH11 in every server process
+    os.environ[ENV_SETTINGS] = settings_env(settings)  # read by app_from_env and GuardedH11 in every server process
+    host, port = settings.host, settings.port
     _raise_open_files()
-    options = dict(host=host, port=port, factory=True, timeout_keep_alive=limits.timeout_keep_alive,
-                   backlog=limits.backlog, h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
-                   timeout_graceful_shutdown=limits.timeout_graceful_shutdown, access_log=limits.access_log,
+    options = dict(host=host, port=port, factory=True, timeout_keep_alive=settings.timeout_keep_alive,
+                   backlog=settings.backlog, h11_max_incomplete_event_size=settings.h11_max_incomplete_event_size,
+                   timeout_graceful_shutdown=settings.timeout_graceful_shutdown, access_log=settings.access_log,
                    http="lookup.service.serve:GuardedH11", log_level="info", server_header=False)
-    if limits.workers > 1:
+    if settings.workers > 1:
         if port == 0:
             raise ValueError("--workers above 1 needs a fixed --port (not 0)")
         _bound(host, port).close()  # taken: one line now, not uvicorn's log and status 1
-        uvicorn.run("lookup.service.serve:server_app", workers=limits.workers, **options)
+        uvicorn.run("lookup.service.serve:server_app", workers=settings.workers, **options)
         return
     sock = _bound(host, port)
     try:
@@ -151,7 +128,7 @@ def run(host: str, port: int, settings: Settings, limits: ServerLimits) -> None:
         sock.close()
         raise
     config = uvicorn.Config(lambda: app, **options)
-    sock.listen(limits.backlog)
+    sock.listen(settings.backlog)
     sock.set_inheritable(True)
     print(f"serving {host}:{sock.getsockname()[1]} (Ctrl-C or SIGTERM to stop)", file=sys.stderr, flush=True)
     uvicorn.Server(config).run(sockets=[sock])

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("starlette")
 
 from lookup.service import app as app_module  # noqa: E402 - after the skip: the serve extra may be missing
+from lookup.service import handlers  # noqa: E402 - the handlers parse every query (query_arguments)
 
 T = "mechanism=krr&k=3&eps0=1.5&n=50&delta=1e-6"  # inside the small table's grid
 
@@ -130,7 +131,7 @@ def test_an_unexpected_exception_is_a_logged_and_counted_json_500(small_app: Any
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(app_module, "query_arguments", broken)  # the handler parses every query with it
+    monkeypatch.setattr(handlers, "query_arguments", broken)  # the handler parses every query with it
     with caplog.at_level(logging.ERROR, logger="lookup.service.app"):
         status, headers, body = asgi_get(small_app, f"/v1/eps?{T}")
     answer = json.loads(body)
