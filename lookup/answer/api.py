@@ -108,11 +108,8 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         if fast is not None:
             return fast
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, delta=delta)
-    value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
-    c = None
-    if q.rows is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
-        value, lower, slack, outside, edge = rules.eps_at(q.table, q.rows, c, q.args["eps0"], q.args["delta"])
+    c, (value, lower, slack, outside, edge) = _from_table(q, rules.eps_at, "delta")
+    if c is not None:
         if max_slack is not None and live and live_engine.available():
             # a row answered at grid eps0 only (OLH), between grid eps0: no table value, but an
             # estimate to certify (cheaper than the search)
@@ -224,11 +221,7 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
-    value, lower, slack, outside, edge = q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
-    c = None
-    if q.rows is not None:
-        c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
-        value, lower, slack, outside, edge = rules.delta_at(q.table, q.rows, c, q.args["eps0"], q.args["eps"])
+    c, (value, lower, slack, outside, edge) = _from_table(q, rules.delta_at, "eps")
     source = q.live(live, outside, lambda i: live_engine.delta(q.mechanism, q.point(i), q.params), value, lower)
     for i in q.loose(live, max_slack, source, slack):
         value[i], slack[i], source[i], lower[i] = _checked(
@@ -236,6 +229,16 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
             lower[i])
         lower[i] = np.fmax(lower[i], _engine_delta_lower(q, i))
     return q.answer(value, lower, source, q.grid(c, source), slack, edge)
+
+
+def _from_table(q: _Queries, at: Any, target: str) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """The grid corner (None without a row) and (value, lower, slack, outside, edge) read by ``at``
+    (``rules.eps_at`` or ``rules.delta_at``) at each query's eps0 and ``target`` (delta or eps); where
+    the table has no row, every query outside it and nothing read."""
+    if q.rows is None:
+        return None, (q.nan(), q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool))
+    c = rules.corner(q.table, q.args["eps0"], q.args["n"], q.rows.upper)
+    return c, at(q.table, q.rows, c, q.args["eps0"], q.args[target])
 
 
 def _engine_delta_lower(q: _Queries, i: int) -> float:
