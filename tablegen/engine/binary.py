@@ -91,14 +91,15 @@ def _window(count: int, prob: float) -> tuple[int, int, int]:
 def _tilted_window(count: int, lo: int, hi: int, anchor: int, log_ratio: float) -> tuple[np.ndarray, float]:
     """x(i) = P(i) e^(lam (i - anchor)) / P(anchor) on [lo, hi] for P = Bin(count, r) with e^log_ratio =
     e^lam r / (1 - r), by products of the ratios x(i+1)/x(i) = (count - i)/(i + 1) e^log_ratio; and the
-    bound on every value's relative error (at most 8 roundings per step from the anchor)."""
+    bound on every value's relative error: per step from the anchor 8 roundings and the rounding of
+    log_ratio itself (lam -+ eps0 computed in floating point: |log_ratio| u relative in e^log_ratio)."""
     step = math.exp(log_ratio)
     up = np.arange(anchor, hi, dtype=float)
     down = np.arange(anchor - 1, lo - 1, -1, dtype=float)
     above = np.cumprod((count - up) / (up + 1) * step)
     below = np.cumprod((down + 1) / (count - down) / step)
     x = np.concatenate([below[::-1], [1.0], above])
-    return x, 8.0 * U * max(hi - anchor, anchor - lo) * 1.01
+    return x, (8.0 + abs(log_ratio)) * U * max(hi - anchor, anchor - lo) * 1.01
 
 
 def _chernoff_out(count: int, prob: float, lo: int, hi: int) -> float:
