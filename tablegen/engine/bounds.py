@@ -467,12 +467,12 @@ def delta_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     if q.delta_is_zero(eps):
         return Bounds(0.0, 0.0 if q.lower else None)
     value = q.delta_upper(eps)
-    low = q.delta_lower(eps) if lower or binary.applies(q) else None
+    low = q.delta_lower(eps) if lower else None
     if binary.applies(q) and value > 0:  # binary RR: the exact worst case over datasets
         value, exact_low = binary.delta_bounds(q.n, q.eps0, eps, value)
-        low = max(low or 0.0, exact_low)
+        low = max(low or 0.0, exact_low) if lower else None
     reported = max(value, DELTA_FLOOR) if value > 0 else value  # an exact 0 (e.g. eps near eps0) stays 0
-    return Bounds(reported, low if lower else None, q.far_n_detail(eps, value))
+    return Bounds(reported, low, q.far_n_detail(eps, value))
 
 
 def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndarray | list[float],
