@@ -249,14 +249,11 @@ def _axis(name: str, values: Sequence[float] | None, check: Any, allowed: str) -
 
 def _binary_points(eps0s: list[float], ns: np.ndarray, deltas: list[float]) -> np.ndarray:
     """Certified eps [eps0, n, delta] of binary RR from ``tablegen.engine.eps_bounds`` (the exact worst
-    case, docs/soundness.md), point by point, made monotone (``_monotone``) over the n given."""
+    case, docs/soundness.md), point by point."""
     from tablegen.engine import eps_bounds
 
-    values = np.array([[[eps_bounds("krr", eps0=e, n=int(v), delta=d, lower=False, k=2).upper for d in deltas]
-                        for v in ns] for e in eps0s])
-    order = np.argsort(ns, kind="stable")
-    values[:, order] = _monotone(values[:, order])
-    return values
+    return np.array([[[eps_bounds("krr", eps0=e, n=int(v), delta=d, lower=False, k=2).upper for d in deltas]
+                      for v in ns] for e in eps0s])
 
 
 def _monotone(values: np.ndarray) -> np.ndarray:
@@ -299,16 +296,18 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
     lo, hi = int(math.floor(n_min)), int(math.ceil(n_max))
     aim = max_slack - min(LIVE_MARGIN, max_slack / 2)  # what the stored steps are refined to (LIVE_MARGIN)
 
+    binary = family == "krr" and params.get("k") == 2  # one engine query per point, its exact path
+    settle = _monotone if binary else (lambda values: values)  # slices come monotone; points are made so
+
     def compute(ns: np.ndarray) -> np.ndarray:
-        """Certified eps [eps0, n, delta] in float64, one slice per eps0 (binary RR: one engine query per
-        point, its exact path; ``_binary_points``)."""
-        if family == "krr" and params.get("k") == 2:
+        """Certified eps [eps0, n, delta] in float64, one slice per eps0 (binary RR: ``_binary_points``)."""
+        if binary:
             return _binary_points(eps0s, ns, deltas)
         return np.stack([eps_slice(mechanism, eps0=e, ns=ns.tolist(), deltas=deltas, resolution=resolution,
                                    **params) for e in eps0s])
 
     n = start_axis(lo, hi, per_decade)
-    exact = compute(n)
+    exact = settle(compute(n))
     rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 (the count is reported)
         slack = interval_slack(round_float32(exact, up=True))  # of the values the file will store
@@ -320,8 +319,7 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
         n = np.concatenate([n, new])
         exact = np.concatenate([exact, compute(new)], axis=1)
         order = np.argsort(n, kind="stable")
-        n, exact = n[order], exact[:, order]
-        exact = _monotone(exact) if family == "krr" and params.get("k") == 2 else exact
+        n, exact = n[order], settle(exact[:, order])
     upper = round_float32(exact, up=True)[None]
     lows = np.full_like(exact, np.nan)
     if lower:
