@@ -18,23 +18,13 @@ import subprocess
 import sys
 import time
 
+from bench import common
+
 PARTS = ("table", "time")
 DELTA = 1e-8
 # (eps0, n) -> exact eps at delta 1e-8 from the oracle
 EXACT = {(1.0, 10**4): 0.0470123, (2.0, 10**4): 0.112655, (4.0, 10**4): 0.404521, (1.0, 10**5): 0.0138795,
          (2.0, 10**5): 0.0328278, (4.0, 10**5): 0.109727}
-
-
-def _blanket(eps0: float, n: int) -> float:
-    from tablegen.engine import binary
-    from tablegen.engine import bounds as accountant
-
-    applies = binary.applies
-    binary.applies = lambda query: False  # the engine as it was: blanket upper bound, Theorem 5 lower bound
-    try:
-        return accountant.eps_bounds("krr", eps0=eps0, n=n, delta=DELTA, k=2).upper
-    finally:
-        binary.applies = applies
 
 
 def part_table(quick: bool) -> None:
@@ -49,7 +39,7 @@ def part_table(quick: bool) -> None:
             start = time.perf_counter()
             b = eps_bounds("krr", eps0=eps0, n=n, delta=DELTA, k=2)
             seconds = time.perf_counter() - start
-            blanket = _blanket(eps0, n)
+            blanket = common.blanket_eps_bounds("krr", eps0=eps0, n=n, delta=DELTA, k=2).upper
             exact = EXACT.get((eps0, n))
             ratios = [f"{v / exact:.4f}" if exact else "-" for v in (blanket, b.upper, b.lower)]
             print(f"| {eps0:g} | {n:.0e} | {exact or '-'} | {blanket:.6g} | {ratios[0]} | {b.upper:.6g} "

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -187,3 +188,16 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """A Markdown table."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)]
+
+
+def blanket_eps_bounds(mechanism: str, **query: Any) -> Any:
+    """``tablegen.engine.eps_bounds`` without binary RR's exact path (tablegen/engine/binary.py): the
+    blanket upper bound and Theorem 5 lower bound every row of the default table holds, k = 2 included."""
+    from tablegen.engine import binary, eps_bounds
+
+    applies = binary.applies
+    binary.applies = lambda q: False
+    try:
+        return eps_bounds(mechanism, **query)
+    finally:
+        binary.applies = applies
