@@ -1,0 +1,234 @@
+"""Certified bounds for the shuffled Gaussian on bits (``tablegen.mechanisms.gaussian``).
+
+Upper bound: the privacy-blanket bound (1/n) E[(G_1 + ... + G_n)_+] of the pair (0, 1).  G has a
+lognormal upper tail, so it is split at a clip U = e^L of its likelihood ratio u: X = min(u, U) - alpha
+v, Y = (u - U)_+ >= 0, and for every s >= 0, with b = n s (alpha - 1),
+
+    delta <= (1/n) E[(sum (X_i + s (alpha - 1)))_+]                          (A: the spectral engine)
+           + sum_k P(J' = k) E[(Y - b / (k + 1))_+] + P(J' >= K) E[Y]        (B: closed forms)
+
+J' ~ Bin(n - 1, P(Y > 0)).  Every plan (L, s) gives a bound; so does E[G_+] (the n = 1 value); the
+smallest is answered.  Lower bound: the exact pair "others at 0" (Theorem 5 of arXiv:2504.07414) on
+the spectral lower path, and the sum of the outputs (a Gaussian mechanism).  Proofs:
+docs/soundness.md, "Shuffled Gaussian".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import gammaln, log_ndtr
+
+from lookup.chord import chord_eps
+from lookup.format import FLOAT_SLACK
+from tablegen import limits, validate
+from tablegen.engine import lower as spectral_lower
+from tablegen.engine import spectral
+from tablegen.engine.bounds import Bounds
+from tablegen.engine.search import shrink_bracket
+from tablegen.mechanisms import gaussian as law
+
+TAIL_SHARE = 1e-3  # the clip of plain plans leaves an excess E[Y] of at most this share of delta
+CLIP_STEP = 0.25  # clips are multiples of this (in log u)
+CLIP_MAX = 20.0  # no clip above this: the spectral path loses its tilt there (docs/soundness.md)
+ENGINE_CLIPS = (3.0, 5.0, 7.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
+SHIFTS = (0.02, 0.1, 0.3, 0.6, 0.85)
+JUMPS = 40  # terms of the jump series before its remainder
+GRID = 12  # eps points of the first round of a search
+RTOL = 1e-4
+LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
+DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
+
+
+def plain_clip(sigma: float, delta: float) -> float:
+    """The smallest clip (a multiple of CLIP_STEP, at most CLIP_MAX) whose excess E[Y] is at most
+    TAIL_SHARE delta (CLIP_MAX where none is)."""
+    clips = np.arange(CLIP_STEP, CLIP_MAX + CLIP_STEP / 2, CLIP_STEP)
+    ok = law.excess(sigma, clips) <= TAIL_SHARE * delta
+    return float(clips[np.argmax(ok)]) if ok.any() else CLIP_MAX
+
+
+def plans(sigma: float, *deltas: float) -> list[tuple[float, float]]:
+    """(clip, shift) pairs tried: the plain clips of ``deltas`` unshifted, and the shifted ones below them."""
+    tops = sorted({plain_clip(sigma, d) for d in deltas})
+    return [(top, 0.0) for top in tops] + [(clip, s) for clip in ENGINE_CLIPS if clip < tops[-1] for s in SHIFTS]
+
+
+def jump_series(sigma: float, clip: float, n: int, b: np.ndarray) -> np.ndarray:
+    """Term B: sum_k P(J' = k) E[(Y - b/(k+1))_+] + P(J' >= K) E[Y], each probability bounded above
+    (C(N, k) p^k (1-p)^(N-k) <= (N p)^k / k! e^(-(N-k) p), P(J' >= K) <= (N p)^K / K!), N = n - 1."""
+    p, users = law.tail_mass(sigma, clip) / (1 - law.NORMAL_RTOL), n - 1  # the unpushed mass bounds P(Y > 0)
+    b = np.asarray(b, dtype=float)
+    if users == 0 or p == 0:
+        return law.excess(sigma, clip, b)
+    k = np.arange(JUMPS)
+    log_np = math.log(users * p)
+    log_pmf = k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p
+    weight = np.exp(log_pmf) * (1 + 1e-12)
+    terms = law.excess(sigma, clip, b[..., None] / (k + 1)) * weight
+    rest = math.exp(min(JUMPS * log_np - float(gammaln(JUMPS + 1)), 0.0)) * float(law.excess(sigma, clip))
+    return terms.sum(axis=-1) + rest
+
+
+def single_user(sigma: float, eps: np.ndarray) -> np.ndarray:
+    """E[G_+] of the unclipped blanket law: the Gaussian mechanism's delta at mu = 1 / sigma, pushed up;
+    (1/n) E[(sum G_i)_+] <= E[G_+] for every n."""
+    mu = 1.0 / sigma
+    first = np.exp(log_ndtr(mu / 2 - eps / mu))
+    second = np.exp(eps + log_ndtr(-mu / 2 - eps / mu))
+    return np.maximum(first - second, 0.0) + law.NORMAL_RTOL * (first + second)
+
+
+def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float) -> np.ndarray:
+    """A + B of one plan at each eps (inf where the spectral path declines)."""
+    d = law.blanket(sigma, clip, shift)
+    main = spectral.delta_upper(d, eps, np.full(eps.shape, n))
+    main = np.where(np.isfinite(main), main, np.inf)
+    return main + jump_series(sigma, clip, n, n * shift * np.expm1(eps))
+
+
+def delta_upper(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest bound over the plans ``tried`` and E[G_+] at each eps, with the index of the plan
+    that gave it (-1: E[G_+]); pushed up by FLOAT_SLACK.  A NaN proves nothing: counted infinite."""
+    values = np.array([plan_delta(sigma, n, eps, c, s) for c, s in tried] + [single_user(sigma, eps)])
+    values = np.where(np.isnan(values), np.inf, values)
+    best = np.argmin(values, axis=0)
+    chosen = values[best, np.arange(eps.size)] * (1 + FLOAT_SLACK)
+    return chosen, np.where(best == len(tried), -1, best)
+
+
+def delta_lower(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
+    """The larger of the sum of the outputs' delta and the exact pairs' lower bounds on the spectral
+    lower path (a pair it declines counts 0: a lower bound too, in milliseconds; the FFT path would
+    take seconds there)."""
+    out = law.sum_delta(sigma, n, eps)
+    if n == 1:
+        return out
+    for d in law.exact_pairs(sigma):
+        try:
+            value = spectral_lower.delta_lower(d, eps, np.full(eps.shape, n))
+        except ValueError:  # a plan the spectral path cannot size (sigma 10, n 1e9, eps 3e-5): it proves nothing
+            continue
+        out = np.maximum(out, np.nan_to_num(value, nan=0.0))
+    return out
+
+
+def _checked(sigma: float, n: int) -> tuple[float, int]:
+    return law.check_sigma(sigma), limits.checked_n(n)
+
+
+def delta_bounds(sigma: float, n: int, eps: float, lower: bool = True) -> Bounds:
+    """Certified delta at eps for n users reporting bits with Gaussian noise of sd ``sigma``.
+
+    Args:
+        sigma: the noise's standard deviation in units of the input range, in [SIGMA_MIN, SIGMA_MAX].
+        n: users.
+        eps: eps >= 0.
+        lower: also the lower bound (the exact pair "others at 0" and the sum of the outputs).
+    """
+    sigma, n = _checked(sigma, n)
+    eps = validate.nonnegative_finite("eps", eps)
+    grid = np.array([eps])
+    tried = plans(sigma, *DELTA_LADDER)
+    upper, plan = delta_upper(sigma, n, grid, tried)
+    low = float(delta_lower(sigma, n, grid)[0]) if lower else None
+    return Bounds(float(upper[0]), low, _detail(tried, int(plan[0])))
+
+
+def _detail(tried: list[tuple[float, float]], plan: int) -> dict[str, object]:
+    if plan < 0:
+        return {"bound": "E[G_+] (the n = 1 value)"}
+    clip, shift = tried[plan]
+    return {"bound": f"blanket, u clipped at e^{clip:g}" + (f", shifted by {shift:g} (alpha - 1)" if shift else "")}
+
+
+def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: float = RTOL) -> Bounds:
+    """Certified eps at delta for n users reporting bits with Gaussian noise of sd ``sigma``.
+
+    The first round evaluates every plan on a grid of eps; the bracket found is narrowed with the plan
+    that certified its upper end, and the answer is the chord of the two evaluated ends (the blanket
+    bound is convex in e^eps, so the chord of upper bounds lies above it: docs/soundness.md).
+
+    Args:
+        sigma: the noise's standard deviation in units of the input range, in [SIGMA_MIN, SIGMA_MAX].
+        n: users.
+        delta: target delta in (0, 1).
+        lower: also the lower bound.
+        rtol: relative width of the final bracket.
+
+    Raises:
+        ValueError: a parameter out of range, or no eps up to the search's top is certified.
+    """
+    sigma, n = _checked(sigma, n)
+    delta = validate.open_unit("delta", delta)
+    tried = plans(sigma, delta)
+    a, da, b, db, plan = _bracket(sigma, n, delta, tried, 1e-6 * _single_user_eps(sigma, delta),
+                                  _single_user_eps(sigma, delta))
+    if a > 0:  # a second round inside the bracket: the plan best near the answer
+        a, da, b, db, plan = _bracket(sigma, n, delta, tried, a, b, (a, da))
+    chosen = [tried[plan]] if plan >= 0 else []
+
+    def excess_over(eps: float) -> float:
+        return float(delta_upper(sigma, n, np.array([eps]), chosen)[0][0]) - delta
+
+    if a > 0:
+        a, b = shrink_bracket(excess_over, a, da - delta, b, db - delta, rtol)
+        da, db = excess_over(a) + delta, excess_over(b) + delta
+    upper = float(chord_eps(b, a, db, da, delta)) if a > 0 and math.isfinite(da) and da > delta >= db else b
+    return Bounds(upper, _eps_lower(sigma, n, delta, upper) if lower else None, _detail(tried, plan))
+
+
+def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], low: float, high: float,
+             below: tuple[float, float] = (0.0, math.inf)) -> tuple[float, float, float, float, int]:
+    """(a, delta at a, b, delta at b, plan certifying b) from GRID points of [low, high] with every plan:
+    b the first point certified, a the point before it (``below`` where b is the first point)."""
+    grid = np.geomspace(low, high, GRID)
+    values, plan = delta_upper(sigma, n, grid, tried)
+    ok = np.flatnonzero(values <= delta)
+    if not ok.size:
+        raise ValueError(f"no eps up to {high:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
+    j = int(ok[0])
+    a, da = (float(grid[j - 1]), float(values[j - 1])) if j else below
+    return a, da, float(grid[j]), float(values[j]), int(plan[j])
+
+
+def _single_user_eps(sigma: float, delta: float) -> float:
+    """An eps where E[G_+] <= delta (certified for every n): the top of the search."""
+    eps = 1.0
+    while single_user(sigma, np.array([eps]))[0] > delta:
+        eps *= 2
+    return eps
+
+
+def _eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
+    """The largest eps found in (0, upper] whose lower bound on delta is above delta (0 if none), at
+    least the sum of the outputs' eps."""
+    return max(_pairs_eps_lower(sigma, n, delta, upper), _sum_eps_lower(sigma, n, delta, upper))
+
+
+def _sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
+    """The largest eps found by bisection whose sum-of-outputs delta is above delta (0 if none)."""
+    a, b = 0.0, upper
+    if law.sum_delta(sigma, n, 0.0) <= delta:
+        return 0.0
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (mid, b) if law.sum_delta(sigma, n, mid) > delta else (a, mid)
+    return a
+
+
+def _pairs_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
+    """The largest eps found on [upper / LOWER_SPAN, upper] whose exact pairs' bound is above delta."""
+    grid = np.geomspace(upper / LOWER_SPAN, upper, LOWER_GRID)
+    values = delta_lower(sigma, n, grid)
+    above = np.flatnonzero(values > delta)
+    if not above.size:
+        return 0.0  # (below upper / LOWER_SPAN the search is not worth it: the answer is 0)
+    j = int(above[-1])
+    if j == grid.size - 1:
+        return float(grid[j])
+    a, b = shrink_bracket(lambda e: float(delta_lower(sigma, n, np.array([e]))[0]) - delta, float(grid[j]),
+                          float(values[j]) - delta, float(grid[j + 1]), float(values[j + 1]) - delta, 1e-3)
+    return a

@@ -1,0 +1,151 @@
+"""The Gaussian randomizer R(x) = x + N(0, sigma^2) on bits x in {0, 1}: its laws of G as data.
+
+Not an eps0-LDP randomizer, so it is not in the registry of ``tablegen.mechanisms``: its bounds are
+``tablegen.engine.gaussian``'s.  Everything here is a closed form or a decomposition whose rounding is
+pushed the safe way; the proofs are in docs/soundness.md, "Shuffled Gaussian".
+
+* ``blanket``: the privacy-blanket law (Balle-Bell-Gascon-Nissim, arXiv:1903.02837) of the pair
+  (0, 1), with c(y) = min(phi(y), phi(y - 1)), its likelihood ratio u = e^t (t >= 0) clipped at e^L,
+  each cell of t spread to its two ends (mean-preserving: an upper bound), optionally shifted by
+  s (alpha - 1) per user (``shift``);
+* ``excess``: E[(Y - a)_+] for the clipped-off excess Y = (u - e^L)_+, closed form;
+* ``exact_pairs``: the pair "the other users at 0, the target 0 or 1" (arXiv:2504.07414 Theorem 5),
+  each cell contracted to its conditional mean (a lower bound);
+* ``sum_delta``: the sum of the outputs is N(sum x, n sigma^2), so the Gaussian mechanism at
+  mu = 1 / (sigma sqrt n) is a lower bound (Balle-Wang, arXiv:1805.06530, Theorem 8).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import log_ndtr, ndtr
+
+from lookup.format import UNIT_ROUNDOFF
+from tablegen.decomposition import Decomposition
+
+SIGMA_MIN = 0.2  # the range of sigma answered (in units of the input range)
+SIGMA_MAX = 50.0
+CELLS = 80  # cells of t = log u per half of the blanket (4 CELLS + 3 components: the spectral path's size)
+LOWER_CELLS = 160  # cells of t per exact pair (lower bound)
+LOWER_CLIP = 14.0  # the exact pairs' cells of t stop at this |t| (their end cells are infinite)
+# relative error bound assumed of scipy's ndtr / log_ndtr and of the few operations after them
+# (tested against mpmath in tests/tablegen/test_gaussian.py); every mass is pushed by it
+NORMAL_RTOL = 64 * UNIT_ROUNDOFF
+
+
+def check_sigma(sigma: float) -> float:
+    """sigma as a float in [SIGMA_MIN, SIGMA_MAX] (ValueError naming sigma and the range)."""
+    value = float(sigma) if isinstance(sigma, (int, float, np.floating)) and not isinstance(sigma, bool) else math.nan
+    if not SIGMA_MIN <= value <= SIGMA_MAX:
+        raise ValueError(f"sigma must be a number in [{SIGMA_MIN:g}, {SIGMA_MAX:g}] (the noise's standard deviation "
+                         f"in units of the input range), got sigma={sigma!r}")
+    return value
+
+
+def normal_mass(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
+    """P(a < Z < b) for Z standard normal, a <= b, without cancellation in either tail."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    flip = a > 0
+    lo, hi = np.where(flip, -b, a), np.where(flip, -a, b)
+    with np.errstate(invalid="ignore"):
+        log_lo, log_hi = log_ndtr(lo), log_ndtr(hi)
+        return np.where(hi > lo, np.exp(log_hi) * -np.expm1(log_lo - log_hi), 0.0)
+
+
+def blanket_mass(sigma: float) -> float:
+    """gamma = integral of min(phi(y), phi(y - 1)) = 2 Phi(-1 / (2 sigma))."""
+    return float(2 * ndtr(-0.5 / sigma))
+
+
+def _spread(ends: np.ndarray, c: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two-point law on each cell's ends (lo, hi) with the ratio's conditional mean m / c:
+    (hi, weight of hi, lo), hi widened to the mean where rounding put the mean above it."""
+    mean = m / c
+    lo, hi = ends[:-1], np.maximum(ends[1:], mean)
+    w = np.minimum(np.clip((mean - lo) / (hi - lo), 0.0, 1.0) * (1 + 4 * UNIT_ROUNDOFF), 1.0)
+    return hi, w, lo
+
+
+def blanket(sigma: float, clip_log: float, shift: float = 0.0, cells: int = CELLS) -> Decomposition:
+    """The blanket law of the pair (0, 1), u clipped at e^clip_log, cells spread, shifted by ``shift``.
+
+    Left half (y < 1/2): c(y) = phi(y - 1), v = 1, u = e^t; right half its mirror image (u and v
+    exchanged).  On a cell u is replaced by the two-point law on the cell's ends with u's conditional
+    mean (pushed up); beyond the clip (y < 1/2 - sigma^2 L) u is replaced by e^L (its excess is
+    ``excess``'s) and, on the right, v by e^L (G only rises).  The blanket masses are pushed down, so
+    the decomposition is that of a smaller c (still a blanket), with u = 1 + NORMAL_RTOL on the right
+    (the true ratio 1 / kappa there) and v = 1 on the left (G only rises).  ``shift`` = s adds
+    s (alpha - 1) to every value of G, the G = 0 atom included: u - s, v - s (docs/soundness.md).
+    """
+    t = np.linspace(0.0, clip_log, cells + 1)
+    y = 0.5 - sigma * sigma * t  # the left half's cell edges (t = (1 - 2y) / (2 sigma^2))
+    c = normal_mass((y[1:] - 1) / sigma, (y[:-1] - 1) / sigma) * (1 - NORMAL_RTOL)  # int phi(y - 1), down
+    m = normal_mass(y[1:] / sigma, y[:-1] / sigma)  # int phi(y): u's mean on the left, v's on the right
+    ends = np.exp(t) * (1 + 4 * UNIT_ROUNDOFF)
+    u_hi, u_w, u_lo = _spread(ends, c, m * (1 + NORMAL_RTOL))  # u's mean pushed up (G up)
+    v_hi, v_w, v_lo = _spread(ends, c, m * (1 - NORMAL_RTOL))  # v's mean pushed down (G up)
+    clip, tail = math.exp(clip_log), tail_mass(sigma, clip_log)
+    u_left = np.concatenate([u_hi, u_lo, [clip]])
+    v_right = np.concatenate([v_hi, v_lo, [clip]])
+    one = np.ones_like(u_left)
+    u = np.concatenate([u_left, one * (1 + 2 * NORMAL_RTOL)])
+    v = np.concatenate([one, v_right])
+    weight = np.concatenate([c * u_w, c * (1 - u_w), [tail], c * v_w, c * (1 - v_w), [tail]])
+    rest = max(0.0, 1.0 - float(weight.sum()))
+    if shift:
+        u, v, weight = np.append(u - shift, -shift), np.append(v - shift, -shift), np.append(weight, rest)
+    return Decomposition(u, v, weight)
+
+
+def tail_mass(sigma: float, clip_log: float) -> float:
+    """P(Y > 0): the blanket mass beyond the clip, int_{y < y_L} phi(y - 1) (pushed down)."""
+    y = 0.5 - sigma * sigma * clip_log
+    return float(ndtr((y - 1) / sigma)) * (1 - NORMAL_RTOL)
+
+
+def excess(sigma: float, clip_log: float, a: np.ndarray | float = 0.0) -> np.ndarray:
+    """E[(Y - a)_+], Y = (u - e^L)_+ under the blanket mass, a >= 0:
+
+        int_{y < y_W} (phi(y) - W phi(y - 1)) dy = Phi(y_W / sigma) - W Phi((y_W - 1) / sigma),
+
+    W = e^L + a, y_W = 1/2 - sigma^2 log W; each term's rounding added (pushed up)."""
+    a = np.asarray(a, dtype=float)
+    with np.errstate(divide="ignore"):
+        w_log = np.logaddexp(clip_log, np.log(np.maximum(a, 0.0)))
+    y = 0.5 - sigma * sigma * w_log
+    first = np.exp(log_ndtr(y / sigma))
+    second = np.exp(w_log + log_ndtr((y - 1) / sigma))
+    return np.maximum(first - second, 0.0) + 2 * NORMAL_RTOL * (first + second)
+
+
+def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
+    """The pair "other users at 0, the target 1 or 0" in both directions (Theorem 5 with x2 = 0):
+    c = phi(y), u = e^t, v = 1 (target 1 against 0) and u = 1, v = e^t, t = (2y - 1) / (2 sigma^2).
+    Each cell of t (``cells`` equal ones on [-T, T], T = min(12 sd of t, LOWER_CLIP), and the two
+    infinite ends) is contracted to its conditional mean, u pushed down (and capped at e^T: G only
+    falls) and v pushed up (conditional Jensen: a lower bound); the weights sum to one up to rounding."""
+    s2 = sigma * sigma
+    spread = min(12.0 / sigma + 0.5 / s2, LOWER_CLIP)
+    y = 0.5 + s2 * np.linspace(-spread, spread, cells + 1)
+    ends = np.concatenate([[-np.inf], y, [np.inf]])
+    c = normal_mass(ends[:-1] / sigma, ends[1:] / sigma)
+    m1 = normal_mass((ends[:-1] - 1) / sigma, (ends[1:] - 1) / sigma)
+    keep = c > 0
+    c, m1 = c[keep], m1[keep]
+    ratio = m1 / c
+    one = np.ones_like(c)
+    return [Decomposition(np.minimum(ratio, math.exp(spread)) * (1 - 2 * NORMAL_RTOL), one, c).merged(),
+            Decomposition(one, ratio * (1 + 2 * NORMAL_RTOL), c).merged()]
+
+
+def sum_delta(sigma: float, n: int, eps: np.ndarray | float) -> np.ndarray:
+    """Delta of the Gaussian mechanism with sensitivity 1 and noise sd sigma sqrt(n) (the sum of the
+    outputs): Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), mu = 1 / (sigma sqrt n) (arXiv:1805.06530
+    Theorem 8); pushed down by its rounding (a lower bound)."""
+    mu = 1.0 / (sigma * math.sqrt(n))
+    eps = np.asarray(eps, dtype=float)
+    first = np.exp(log_ndtr(mu / 2 - eps / mu))
+    second = np.exp(eps + log_ndtr(-mu / 2 - eps / mu))
+    return np.maximum(first - second - NORMAL_RTOL * (first + second), 0.0)
