@@ -75,9 +75,9 @@ def single_user(sigma: float, eps: np.ndarray) -> np.ndarray:
     """E[G_+] of the unclipped blanket law: the Gaussian mechanism's delta at mu = 1 / sigma, pushed up;
     (1/n) E[(sum G_i)_+] <= E[G_+] for every n."""
     mu = 1.0 / sigma
-    first = np.exp(log_ndtr(mu / 2 - eps / mu))
-    second = np.exp(eps + log_ndtr(-mu / 2 - eps / mu))
-    return np.maximum(first - second, 0.0) + law.NORMAL_RTOL * (first + second)
+    first = law.exp_with_error(log_ndtr(mu / 2 - eps / mu))
+    second = law.exp_with_error(eps + log_ndtr(-mu / 2 - eps / mu))
+    return np.maximum(first[0] - second[0], 0.0) + first[0] * first[1] + second[0] * second[1]
 
 
 def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float) -> np.ndarray:

@@ -30,9 +30,9 @@ SIGMA_MAX = 50.0
 CELLS = 80  # cells of t = log u per half of the blanket (4 CELLS + 3 components: the spectral path's size)
 LOWER_CELLS = 160  # cells of t per exact pair (lower bound)
 LOWER_CLIP = 14.0  # the exact pairs' cells of t stop at this |t| (their end cells are infinite)
-# relative error bound assumed of scipy's ndtr / log_ndtr and of the few operations after them
-# (tested against mpmath in tests/tablegen/test_gaussian.py); every mass is pushed by it
-NORMAL_RTOL = 64 * UNIT_ROUNDOFF
+# relative error bound assumed of scipy's ndtr / log_ndtr and of one exp or expm1 (tested against mpmath
+# down to 1e-290 in tests/tablegen/test_gaussian.py); ``normal_mass_with_error`` builds on it
+NORMAL_RTOL = 16 * UNIT_ROUNDOFF
 
 
 def check_sigma(sigma: float) -> float:
@@ -46,12 +46,24 @@ def check_sigma(sigma: float) -> float:
 
 def normal_mass(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
     """P(a < Z < b) for Z standard normal, a <= b, without cancellation in either tail."""
+    return normal_mass_with_error(a, b)[0]
+
+
+def normal_mass_with_error(a: np.ndarray | float, b: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """P(a < Z < b) = Phi(hi) (1 - e^(log Phi(lo) - log Phi(hi))) (mirrored into the lower tail) and a
+    bound on its relative error: NORMAL_RTOL (3 + |log Phi(hi)|) for the exp and expm1, plus the logs' absolute error
+    NORMAL_RTOL (|log Phi(lo)| + |log Phi(hi)| + 1) times the condition number e^x / |e^x - 1| of
+    expm1 at their difference x (large for narrow cells far in a tail)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     flip = a > 0
     lo, hi = np.where(flip, -b, a), np.where(flip, -a, b)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         log_lo, log_hi = log_ndtr(lo), log_ndtr(hi)
-        return np.where(hi > lo, np.exp(log_hi) * -np.expm1(log_lo - log_hi), 0.0)
+        x = log_lo - log_hi
+        mass = np.where(hi > lo, np.exp(log_hi) * -np.expm1(x), 0.0)
+        logs = np.where(np.isfinite(log_lo), np.abs(log_lo), 0.0) + np.abs(log_hi) + 1
+        condition = np.where(hi > lo, np.exp(x) / -np.expm1(x), 0.0)
+    return mass, NORMAL_RTOL * (3 + np.abs(log_hi) + logs * np.nan_to_num(condition, posinf=0.0))
 
 
 def blanket_mass(sigma: float) -> float:
@@ -75,22 +87,24 @@ def blanket(sigma: float, clip_log: float, shift: float = 0.0, cells: int = CELL
     exchanged).  On a cell u is replaced by the two-point law on the cell's ends with u's conditional
     mean (pushed up); beyond the clip (y < 1/2 - sigma^2 L) u is replaced by e^L (its excess is
     ``excess``'s) and, on the right, v by e^L (G only rises).  The blanket masses are pushed down, so
-    the decomposition is that of a smaller c (still a blanket), with u = 1 + NORMAL_RTOL on the right
-    (the true ratio 1 / kappa there) and v = 1 on the left (G only rises).  ``shift`` = s adds
+    the decomposition is that of a smaller c = kappa c (still a blanket), with u = 1 / kappa on the right
+    (rounded up) and v = 1 <= 1 / kappa on the left (G only rises).  ``shift`` = s adds
     s (alpha - 1) to every value of G, the G = 0 atom included: u - s, v - s (docs/soundness.md).
     """
     t = np.linspace(0.0, clip_log, cells + 1)
     y = 0.5 - sigma * sigma * t  # the left half's cell edges (t = (1 - 2y) / (2 sigma^2))
-    c = normal_mass((y[1:] - 1) / sigma, (y[:-1] - 1) / sigma) * (1 - NORMAL_RTOL)  # int phi(y - 1), down
-    m = normal_mass(y[1:] / sigma, y[:-1] / sigma)  # int phi(y): u's mean on the left, v's on the right
+    c, c_err = normal_mass_with_error((y[1:] - 1) / sigma, (y[:-1] - 1) / sigma)
+    c = c * (1 - c_err)  # int phi(y - 1), pushed down
+    m, m_err = normal_mass_with_error(y[1:] / sigma, y[:-1] / sigma)  # int phi(y): u's mean (left), v's (right)
     ends = np.exp(t) * (1 + 4 * UNIT_ROUNDOFF)
-    u_hi, u_w, u_lo = _spread(ends, c, m * (1 + NORMAL_RTOL))  # u's mean pushed up (G up)
-    v_hi, v_w, v_lo = _spread(ends, c, m * (1 - NORMAL_RTOL))  # v's mean pushed down (G up)
+    u_hi, u_w, u_lo = _spread(ends, c, m * (1 + m_err))  # u's mean pushed up (G up)
+    v_hi, v_w, v_lo = _spread(ends, c, m * (1 - m_err))  # v's mean pushed down (G up)
     clip, tail = math.exp(clip_log), tail_mass(sigma, clip_log)
     u_left = np.concatenate([u_hi, u_lo, [clip]])
     v_right = np.concatenate([v_hi, v_lo, [clip]])
     one = np.ones_like(u_left)
-    u = np.concatenate([u_left, one * (1 + 2 * NORMAL_RTOL)])
+    kappa = np.concatenate([1 - c_err, 1 - c_err, [1 - NORMAL_RTOL]])  # c pushed down by these factors
+    u = np.concatenate([u_left, (1 + 4 * UNIT_ROUNDOFF) / kappa])
     v = np.concatenate([one, v_right])
     weight = np.concatenate([c * u_w, c * (1 - u_w), [tail], c * v_w, c * (1 - v_w), [tail]])
     rest = max(0.0, 1.0 - float(weight.sum()))
@@ -110,14 +124,21 @@ def excess(sigma: float, clip_log: float, a: np.ndarray | float = 0.0) -> np.nda
 
         int_{y < y_W} (phi(y) - W phi(y - 1)) dy = Phi(y_W / sigma) - W Phi((y_W - 1) / sigma),
 
-    W = e^L + a, y_W = 1/2 - sigma^2 log W; each term's rounding added (pushed up)."""
+    W = e^L + a, y_W = 1/2 - sigma^2 log W; each term's rounding added (pushed up, a larger excess
+    also covers the tail mass pushed down by ``tail_mass``: at most NORMAL_RTOL W P(Y > 0) more)."""
     a = np.asarray(a, dtype=float)
     with np.errstate(divide="ignore"):
         w_log = np.logaddexp(clip_log, np.log(np.maximum(a, 0.0)))
     y = 0.5 - sigma * sigma * w_log
-    first = np.exp(log_ndtr(y / sigma))
-    second = np.exp(w_log + log_ndtr((y - 1) / sigma))
-    return np.maximum(first - second, 0.0) + 2 * NORMAL_RTOL * (first + second)
+    first, second = exp_with_error(log_ndtr(y / sigma)), exp_with_error(w_log + log_ndtr((y - 1) / sigma))
+    return np.maximum(first[0] - second[0], 0.0) + first[0] * first[1] + second[0] * second[1]
+
+
+def exp_with_error(log_value: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """e^x for x computed with absolute error NORMAL_RTOL (|x| + 1), and the relative error bound of the
+    result (the exp's own rounding included)."""
+    x = np.asarray(log_value, dtype=float)
+    return np.exp(x), NORMAL_RTOL * (np.abs(x) + 3) * 2
 
 
 def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
@@ -130,14 +151,13 @@ def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
     spread = min(12.0 / sigma + 0.5 / s2, LOWER_CLIP)
     y = 0.5 + s2 * np.linspace(-spread, spread, cells + 1)
     ends = np.concatenate([[-np.inf], y, [np.inf]])
-    c = normal_mass(ends[:-1] / sigma, ends[1:] / sigma)
-    m1 = normal_mass((ends[:-1] - 1) / sigma, (ends[1:] - 1) / sigma)
+    c, c_err = normal_mass_with_error(ends[:-1] / sigma, ends[1:] / sigma)
+    m1, m1_err = normal_mass_with_error((ends[:-1] - 1) / sigma, (ends[1:] - 1) / sigma)
     keep = c > 0
-    c, m1 = c[keep], m1[keep]
-    ratio = m1 / c
+    c, ratio, err = c[keep], m1[keep] / c[keep], (c_err + m1_err)[keep] + 2 * UNIT_ROUNDOFF
     one = np.ones_like(c)
-    return [Decomposition(np.minimum(ratio, math.exp(spread)) * (1 - 2 * NORMAL_RTOL), one, c).merged(),
-            Decomposition(one, ratio * (1 + 2 * NORMAL_RTOL), c).merged()]
+    return [Decomposition(np.minimum(ratio, math.exp(spread)) * (1 - err), one, c).merged(),
+            Decomposition(one, ratio * (1 + err), c).merged()]
 
 
 def sum_delta(sigma: float, n: int, eps: np.ndarray | float) -> np.ndarray:
@@ -146,6 +166,6 @@ def sum_delta(sigma: float, n: int, eps: np.ndarray | float) -> np.ndarray:
     Theorem 8); pushed down by its rounding (a lower bound)."""
     mu = 1.0 / (sigma * math.sqrt(n))
     eps = np.asarray(eps, dtype=float)
-    first = np.exp(log_ndtr(mu / 2 - eps / mu))
-    second = np.exp(eps + log_ndtr(-mu / 2 - eps / mu))
-    return np.maximum(first - second - NORMAL_RTOL * (first + second), 0.0)
+    first = exp_with_error(log_ndtr(mu / 2 - eps / mu))
+    second = exp_with_error(eps + log_ndtr(-mu / 2 - eps / mu))
+    return np.maximum(first[0] - second[0] - first[0] * first[1] - second[0] * second[1], 0.0)

@@ -1,0 +1,162 @@
+"""The shuffled Gaussian on bits (tablegen.engine.gaussian) against values computed independently:
+mpmath closed forms, the n = 2 shuffled pair by numerical integration, Monte Carlo of the exact pair,
+and a direct (uncertified, fine-lattice) FFT evaluation of the blanket bound."""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tablegen.cli import main
+from tablegen.engine import gaussian
+from tablegen.mechanisms import gaussian as law
+
+
+def test_normal_masses_are_within_the_stated_rounding_bound() -> None:
+    mpmath.mp.dps = 40
+    ends = [(-37.0, -36.5), (-9.0, -8.999), (-3.0, 2.0), (0.5, 0.75), (7.0, 30.0), (-1e-3, 1e-3)]
+    ends += [(a, a + w) for a in np.linspace(-36, 36, 37) for w in (1e-3, 0.1, 2.0)]
+    for a, b in ends:
+        exact = mpmath.ncdf(b) - mpmath.ncdf(a) if a <= 0 else mpmath.ncdf(-a) - mpmath.ncdf(-b)  # no cancellation
+        value, error = law.normal_mass_with_error(a, b)
+        assert abs(float(value) / float(exact) - 1) <= float(error)
+
+
+@pytest.mark.parametrize("sigma,clip,a", [(1.0, 6.25, 0.0), (0.5, 9.0, 300.0), (3.0, 2.0, 1.5), (0.3, 11.0, 0.0)])
+def test_the_excess_is_never_below_its_integral(sigma: float, clip: float, a: float) -> None:
+    mpmath.mp.dps = 40
+    w = mpmath.e**clip + a
+    y_w = 0.5 - sigma**2 * mpmath.log(w)  # below y_w, u = e^((1 - 2y) / (2 sigma^2)) exceeds w
+    exact = mpmath.quad(lambda y: mpmath.npdf(y, 0, sigma) - w * mpmath.npdf(y, 1, sigma), [-mpmath.inf, y_w])
+    value = float(law.excess(sigma, clip, a))
+    assert float(exact) <= value <= float(exact) * (1 + 1e-9) + 1e-300
+
+
+def _gaussian_mechanism_delta(mu: float, eps: float) -> float:
+    """Hockey-stick divergence of N(mu, 1) against N(0, 1) by quadrature (mpmath)."""
+    mpmath.mp.dps = 30
+    cross = eps / mu + mu / 2  # where the densities' ratio is e^eps
+    return float(mpmath.quad(lambda y: mpmath.npdf(y, mu, 1) - mpmath.e**eps * mpmath.npdf(y, 0, 1),
+                             [cross, mpmath.inf]))
+
+
+@pytest.mark.parametrize("sigma,eps", [(1.0, 0.5), (2.0, 0.1), (0.5, 2.0)])
+def test_one_user_is_the_gaussian_mechanism(sigma: float, eps: float) -> None:
+    exact = _gaussian_mechanism_delta(1 / sigma, eps)
+    b = gaussian.delta_bounds(sigma, 1, eps)
+    assert exact <= b.upper <= exact * 1.01
+    assert b.lower <= exact
+
+
+def _shuffled_pair_delta(sigma: float, other: int, eps: float, grid: int = 2400) -> float:
+    """Exact delta of two users' shuffled reports, target 1 against target 0 and the other user holding
+    ``other``, both directions: the multiset {y1, y2} has density f(y1, y2) + f(y2, y1) on y1 < y2,
+    integrated on a fine grid (trapezoid; error far below the tolerances used)."""
+    y = np.linspace(-9 * sigma, 1 + 9 * sigma, grid)
+    h = y[1] - y[0]
+
+    def phi(x: np.ndarray, mean: float) -> np.ndarray:
+        return np.exp(-((x - mean) ** 2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi))
+
+    a, b = np.meshgrid(y, y, indexing="ij")
+    p = phi(a, 1) * phi(b, other) + phi(b, 1) * phi(a, other)
+    q = phi(a, 0) * phi(b, other) + phi(b, 0) * phi(a, other)
+    alpha = math.exp(eps)
+    # half the plane (y1 < y2) carries the multiset; the full plane counts it twice
+    return max(float(np.sum(np.maximum(p - alpha * q, 0)) * h * h / 2),
+               float(np.sum(np.maximum(q - alpha * p, 0)) * h * h / 2))
+
+
+@pytest.mark.parametrize("sigma,eps", [(1.0, 0.4), (2.0, 0.15)])
+def test_two_users_exact_pair_lies_between_the_bounds(sigma: float, eps: float) -> None:
+    exact = max(_shuffled_pair_delta(sigma, other, eps) for other in (0, 1))
+    b = gaussian.delta_bounds(sigma, 2, eps)
+    assert b.lower <= exact * (1 + 1e-4)
+    assert exact <= b.upper
+
+
+def test_the_lower_bound_is_below_monte_carlo_of_its_pair() -> None:
+    """Others at 0, target 1 against 0: the shuffled likelihood ratio is (1/n) sum_i e^(t_i), t_i =
+    (2 y_i - 1) / (2 sigma^2), y_i ~ N(0, sigma^2) under target 0: delta = E[(ratio - e^eps)_+]."""
+    sigma, n, eps = 1.0, 20, 0.3
+    rng = np.random.default_rng(7)
+    y = rng.normal(0.0, sigma, size=(400_000, n))
+    ratio = np.exp((2 * y - 1) / (2 * sigma**2)).mean(axis=1)
+    sample = np.maximum(ratio - math.exp(eps), 0.0)
+    mc, se = sample.mean(), sample.std() / math.sqrt(sample.size)
+    b = gaussian.delta_bounds(sigma, n, eps)
+    assert b.lower <= mc + 4 * se
+    assert b.upper >= mc - 4 * se
+
+
+def _direct_blanket_eps(sigma: float, n: int, delta: float) -> float:
+    """The blanket bound evaluated directly (not certified): G on 2e5 cells of y, rounded to the
+    nearest point of a fine lattice, its n-th convolution power by FFT, eps by bisection."""
+    y = np.linspace(-12 * sigma, 1 + 12 * sigma, 200_001)
+    dy = y[1] - y[0]
+
+    def phi(x: np.ndarray) -> np.ndarray:
+        return np.exp(-(x**2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi))
+
+    p0, p1 = phi(y), phi(y - 1)
+    c = np.minimum(p0, p1) * dy
+
+    def delta_at(eps: float) -> float:
+        alpha = math.exp(eps)
+        g = np.append((p0 - alpha * p1) / np.minimum(p0, p1), 0.0) + (alpha - 1)  # centred: mean ~0
+        w = np.append(c, 1 - c.sum())
+        span, cells = 3200.0, 2**19
+        h = span / cells
+        idx = np.rint(g / h).astype(np.int64) % cells
+        pmf = np.bincount(idx, weights=w, minlength=cells)
+        s = np.fft.irfft(np.fft.rfft(pmf) ** n, cells)
+        values = np.arange(cells) * h
+        values[values >= span / 2] -= span
+        return float(np.sum(np.maximum(values - n * (alpha - 1), 0) * np.maximum(s, 0)) / n)
+
+    lo, hi = 1e-4, 1.0
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
+    return hi
+
+
+def test_the_certified_eps_is_within_three_percent_of_a_direct_evaluation() -> None:
+    direct = _direct_blanket_eps(1.0, 10_000, 1e-6)
+    b = gaussian.eps_bounds(1.0, 10_000, 1e-6)
+    assert direct * 0.995 <= b.upper <= direct * 1.03
+    assert direct / 2 <= b.lower <= b.upper
+
+
+@pytest.mark.parametrize("sigma,n,delta", [(1.0, 1e4, 1e-6), (1.0, 1e6, 1e-6), (2.0, 1e3, 1e-12),
+                                           (0.7, 1e9, 1e-12), (10.0, 1e5, 1e-9), (0.5, 1e6, 1e-12)])
+def test_bounds_are_ordered_and_above_the_sum_of_outputs(sigma: float, n: float, delta: float) -> None:
+    b = gaussian.eps_bounds(sigma, int(n), delta)
+    mu = 1 / (sigma * math.sqrt(n))
+    assert law.sum_delta(sigma, int(n), b.lower * 1.001 + 1e-12) <= delta  # at least the sum's eps
+    assert 0 <= b.lower <= b.upper
+    assert _gaussian_mechanism_delta(mu, b.upper) <= delta * (1 + 1e-6)  # the sum bound does not refute it
+
+
+def test_more_users_and_more_noise_never_raise_eps() -> None:
+    by_n = [gaussian.eps_bounds(1.0, n, 1e-6, lower=False).upper for n in (1000, 10_000, 100_000)]
+    by_sigma = [gaussian.eps_bounds(s, 10_000, 1e-6, lower=False).upper for s in (0.8, 1.0, 2.0, 4.0)]
+    assert by_n == sorted(by_n, reverse=True)
+    assert by_sigma == sorted(by_sigma, reverse=True)
+
+
+def test_the_cli_answers_bits_and_refuses_what_is_not_certified() -> None:
+    runner = CliRunner()
+    ok = runner.invoke(main, ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6",
+                              "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert '"certified": true' in ok.output and '"inputs": "bits"' in ok.output
+    for extra, word in [(["--inputs", "unit"], "not certified yet"), (["--eps0", "1"], "--eps0"),
+                        (["--sigma", "0.1"], "sigma must be")]:
+        args = ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6", *extra]
+        out = runner.invoke(main, args)
+        assert out.exit_code == 2 and word in out.output
