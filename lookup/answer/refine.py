@@ -15,7 +15,8 @@ search answers (``"live"``: about six evaluations, against one or two).  The ans
 above the table's certified value (both are certified; the smaller is kept: a table value within
 the bracket is kept with its measured slack), and when
 the engine cannot answer the table value stands.  eps0_max is the mirror image (brackets from
-above, the larger certified eps0 kept); delta needs no estimate: the engine's certified delta is
+above where the estimate's eps0 is refused, upward where it is certified, the larger certified
+eps0 kept); delta needs no estimate: the engine's certified delta is
 itself one evaluation.
 
 Every refinement is also a check of the table (issue 37): where eps keeps the table's value (the
@@ -184,6 +185,12 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
                     return _checked_eps0(mechanism, point, params, table, high / table - 1)
                 if certified(candidate):
                     return candidate, high / candidate - 1, CERTIFIED
+                high = candidate
+        elif high > table:  # certified: the estimate was low; up until the engine refuses
+            for _ in range(TIERS + 1):
+                candidate = high * (1 + step)
+                if not certified(candidate):
+                    return high, candidate / high - 1, CERTIFIED
                 high = candidate
         found = live.eps0_max(mechanism, point, params)
     except ValueError:
