@@ -47,7 +47,8 @@ def exact_worst_case(family: str, params: dict[str, Any]) -> bool:
     (binary randomized response: k-RR with k = 2), tighter than the blanket bound a table row of it
     holds.  ``tablegen.engine.binary.applies`` decides by it (the engine side), ``lookup.answer.rules``
     (the table side) by the same test on a table row's family and parameters."""
-    return family == "krr" and set(params) == {"k"} and params["k"] == 2
+    given = {name: value for name, value in params.items() if value is not None}
+    return family == "krr" and set(given) == {"k"} and given["k"] == 2
 
 
 # floating point

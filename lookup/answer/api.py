@@ -301,10 +301,11 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         top = np.where(np.isnan(slack[inside]), q.table.eps0[-1], value[inside] * (1 + slack[inside]))
         guess[inside] = eps0_estimate(q.table, q.rows, n_, eps_, delta_, value[inside], top)
         step = min(max_slack, refine.STEP_EPS0)
+        bisect = q.rows is not None and q.rows.tighter_live  # the engine's eps0_max search: the blanket bound
         for i in todo:
             value[i], slack[i], source[i], _ = _checked(
-                q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps0_max(
-                    q.mechanism, point, q.params, v, s, g, step), math.nan)
+                q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i], b=bisect and not edge[i]:
+                refine.eps0_max(q.mechanism, point, q.params, v, s, g, step, b), math.nan)
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
