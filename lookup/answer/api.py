@@ -304,8 +304,8 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         bisect = q.rows is not None and q.rows.tighter_live  # the engine's eps0_max search: the blanket bound
         for i in todo:
             value[i], slack[i], source[i], _ = _checked(
-                q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i], b=bisect and not edge[i]:
-                refine.eps0_max(q.mechanism, point, q.params, v, s, g, step, b), math.nan)
+                q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps0_max(
+                    q.mechanism, point, q.params, v, s, g, step, bisect), math.nan)
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
