@@ -35,6 +35,22 @@ MECHANISM_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "parallel": (("bases", "weights"), ("k", "g")),
 }
 
+# rows whose live analysis is tighter than the one a table row holds: the engine certifies binary
+# randomized response (k-RR with k = 2) at the exact worst case over datasets (tablegen/engine/binary.py,
+# docs/soundness.md), 20-43% below the blanket bound the tables' k = 2 rows hold; lookup measures the
+# slack of such rows against the row's stored lower bound (docs/lookup.md, "slack of rows the engine
+# certifies more tightly")
+
+
+def exact_worst_case(family: str, params: dict[str, Any]) -> bool:
+    """Whether the engine certifies ``family`` with ``params`` at the exact worst case over datasets
+    (binary randomized response: k-RR with k = 2), tighter than the blanket bound a table row of it
+    holds.  ``tablegen.engine.binary.applies`` decides by it (the engine side), ``lookup.answer.rules``
+    (the table side) by the same test on a table row's family and parameters."""
+    given = {name: value for name, value in params.items() if value is not None}
+    return family == "krr" and set(given) == {"k"} and given["k"] == 2
+
+
 # floating point
 UNIT_ROUNDOFF = 2.0**-53  # of float64
 FLOAT_SLACK = 1e-12  # relative: the chord's few roundings (log1p/expm1 keep them relative) pushed outward

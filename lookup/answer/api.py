@@ -120,20 +120,34 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     q.note = _delta0_note(q, value, source)
     todo = q.loose(live, max_slack, source, slack)
     if todo.size:
-        from lookup.answer.estimate import eps_estimate, lower_ratio
+        from lookup.answer.estimate import eps_estimate
 
         inside = todo[~edge[todo]]  # off the grid's ranges: no estimate, the engine's search
         guess = np.full(q.size, np.nan)
         guess[inside] = eps_estimate(q.table, q.rows, *(q.args[k][inside] for k in ("eps0", "n", "delta")))
+        tighter = q.rows is not None and q.rows.tighter_live
+        if tighter:  # the row's values are far above the engine's: scaled by the row's lower / upper
+            guess[inside] *= [_lower_ratio(q, i) for i in inside]  # (NaN where unknown: the engine's search)
         for i in todo:
             value[i], slack[i], source[i], lower[i] = _checked(
                 q, i, "eps", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps(
                     q.mechanism, point, q.params, v, s, g, min(max_slack, refine.STEP), quick), lower[i])
             if not quick:
-                ratio = math.nan if q.rows is None or q.rows.lower is None else lower_ratio(
-                    q.table, q.rows.lower, *(float(q.args[k][i]) for k in ("eps0", "n", "delta")))
+                # the engine's lower bound on such a row is within 0.03% of its certified eps (ratio 1)
+                ratio = 1.0 if tighter else _lower_ratio(q, i)
                 lower[i] = refine.lower_eps(q.mechanism, q.point(i), q.params, value[i], lower[i], ratio)
     return q.answer(value, lower, source, q.grid(c, source, delta=True), slack, edge)
+
+
+def _lower_ratio(q: _Queries, i: int, eps0: float | None = None) -> float:
+    """``estimate.lower_ratio`` at query ``i`` (at ``eps0`` if given): the table's lower / upper at
+    the nearest grid point with lower bounds; NaN where the table has none."""
+    from lookup.answer.estimate import lower_ratio
+
+    if q.rows is None or q.rows.lower is None:
+        return math.nan
+    point = q.point(i)
+    return lower_ratio(q.table, q.rows.lower, point["eps0"] if eps0 is None else eps0, point["n"], point["delta"])
 
 
 def _delta0_note(q: _Queries, value: np.ndarray, source: np.ndarray) -> str | None:
@@ -279,13 +293,19 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         inside = todo[~edge[todo]]
         guess = np.full(q.size, np.nan)
         n_, eps_, delta_ = (q.args[k][inside] for k in ("n", "eps", "delta"))
-        guess[inside] = eps0_estimate(q.table, q.rows, n_, eps_, delta_, value[inside],
-                                      value[inside] * (1 + slack[inside]))
+        if q.rows is not None and q.rows.tighter_live:  # the row's eps far above the engine's: the eps0
+            # where the row's eps, scaled by its lower / upper near the table's answer, meets the target
+            eps_ = eps_ / np.array([_lower_ratio(q, i, float(value[i])) for i in inside])
+        # the bracket's top: where the table says the answer must be below (the grid's largest eps0
+        # where it says nothing: a row measured against its lower bound may have none above)
+        top = np.where(np.isnan(slack[inside]), q.table.eps0[-1], value[inside] * (1 + slack[inside]))
+        guess[inside] = eps0_estimate(q.table, q.rows, n_, eps_, delta_, value[inside], top)
         step = min(max_slack, refine.STEP_EPS0)
+        bisect = q.rows is not None and q.rows.tighter_live  # the engine's eps0_max search: the blanket bound
         for i in todo:
             value[i], slack[i], source[i], _ = _checked(
                 q, i, "eps0_max", lambda point, v=value[i], s=slack[i], g=guess[i]: refine.eps0_max(
-                    q.mechanism, point, q.params, v, s, g, step), math.nan)
+                    q.mechanism, point, q.params, v, s, g, step, bisect), math.nan)
     return q.answer(value, q.nan(), source, {}, slack, edge)
 
 
@@ -308,12 +328,14 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
         w = math.log(deltas[cell.hi] / delta) / math.log(deltas[cell.hi] / deltas[cell.lo])
         opposite = float(far[cell.lo]) ** w * opposite ** (1 - w)
     slack = math.nan if cell.edge or opposite <= 0 else value / min(opposite, eps0) - 1
-    if max_slack is not None and not slack <= max_slack:
-        return None
     deltas = table.axis_lists[2]
     lower = math.nan
     if cell.eps0_down >= 0 and cell.n_up <= top_n and delta <= deltas[-1]:
         lower = min(float(table.lower[row, cell.eps0_down, cell.n_up, cell.hi]), value)
+    if rules.tighter_live(table, row):  # as rules.eps_at: measured against the row's lower bound
+        slack = math.nan if cell.edge or not lower > 0 else value / lower - 1
+    if max_slack is not None and not slack <= max_slack:
+        return None
     grid = {"eps0": table.axis_lists[0][cell.eps0_up], "n": table.axis_lists[1][cell.n_down],
             "delta": deltas[cell.lo], "delta_upper": deltas[cell.hi]}
     return Answer(value, lower, "table", grid, slack, cell.edge, table.certified)

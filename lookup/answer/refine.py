@@ -15,7 +15,8 @@ search answers (``"live"``: about six evaluations, against one or two).  The ans
 above the table's certified value (both are certified; the smaller is kept: a table value within
 the bracket is kept with its measured slack), and when
 the engine cannot answer the table value stands.  eps0_max is the mirror image (brackets from
-above, the larger certified eps0 kept); delta needs no estimate: the engine's certified delta is
+above where the estimate's eps0 is refused, upward where it is certified, the larger certified
+eps0 kept); delta needs no estimate: the engine's certified delta is
 itself one evaluation.
 
 Every refinement is also a check of the table (issue 37): where eps keeps the table's value (the
@@ -56,6 +57,7 @@ from lookup.answer import live
 STEP = 0.0098  # bracket of a certified eps estimate: published slack at most 0.98%
 STEP_EPS0 = 0.0098  # the same for eps0_max: within 1% of the engine's eps0_max
 LOWER_STEP = 0.02  # a refined answer's lower bound is tried at value / (1 + LOWER_STEP)
+DOUBLINGS = 3  # eps0_max's bisection (binary RR) without a top: the table's eps0 doubled at most this often
 TIERS = 2  # candidates checked beyond the refused value before the full search (eps0_max: one more)
 CERTIFIED = "certified estimate"
 Refined = tuple[float, float, str]
@@ -165,12 +167,15 @@ def delta(mechanism: str, point: dict[str, float], params: dict[str, Any], table
 
 
 def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,
-             estimate: float, step: float) -> Refined:
+             estimate: float, step: float, bisect: bool = False) -> Refined:
     """Certified eps0_max at ``point`` (eps, n, delta) no smaller than the table's ``table``:
     an eps0 whose certified eps at (n, delta) is <= eps (any eps0 the engine certifies is a
     valid answer, whether or not eps is monotone in eps0).  The slack is the ratio of an eps0
     the engine refused to the answer (an estimate: a larger eps0 might pass again).  Where the
-    table's eps0 is kept, it is checked (``_checked_eps0``)."""
+    table's eps0 is kept, it is checked (``_checked_eps0``).  ``bisect`` (binary RR, whose engine
+    ``eps0_max`` search holds the blanket bound while its check ``certifies`` is exact): where the
+    brackets do not settle it, a bisection with the check between the table's eps0 and
+    ``table * (1 + slack)`` (an eps0 the table proves too large) instead of that search."""
     def certified(e0: float) -> bool:
         return live.certifies(mechanism, {"eps0": e0, "n": point["n"], "eps": point["eps"], "delta": point["delta"]},
                               params)
@@ -185,10 +190,48 @@ def eps0_max(mechanism: str, point: dict[str, float], params: dict[str, Any], ta
                 if certified(candidate):
                     return candidate, high / candidate - 1, CERTIFIED
                 high = candidate
+        elif high > table:  # certified: the estimate was low; up until the engine refuses
+            for _ in range(TIERS + 1):
+                candidate = high * (1 + step)
+                if not certified(candidate):
+                    return high, candidate / high - 1, CERTIFIED
+                high = candidate
+        if bisect:
+            return _bisected(certified, mechanism, point, params, table, table * (1 + slack), step)
         found = live.eps0_max(mechanism, point, params)
     except ValueError:
         return table, slack, "table"
     return (found, 0.0, "live") if found > table else _checked_eps0(mechanism, point, params, table, 0.0, found)
+
+
+def _bisected(certified: Any, mechanism: str, point: dict[str, float], params: dict[str, Any], table: float,
+              top: float, step: float) -> Refined:
+    """The largest eps0 the engine's check certifies, found by bisection in log eps0 between the
+    table's eps0 (certified) and ``top`` (NaN: unknown; then doubled from the table's until refused, at
+    most ``DOUBLINGS`` times), to within ``step``: published with slack high / low - 1, its ratio to
+    an eps0 the engine refused (or ``top``, proved too large by the table's lower bound)."""
+    def passes(e0: float) -> bool:
+        try:
+            return certified(e0)
+        except ValueError:  # beyond the engine's range: not certified here
+            return False
+
+    low, high = table, top
+    if not high > low:
+        high = math.nan
+        for _ in range(DOUBLINGS):
+            if not passes(2 * low):
+                high = 2 * low
+                break
+            low *= 2
+    if math.isnan(high):
+        return (low, math.nan, CERTIFIED) if low > table else (table, math.nan, "table")
+    while high / low > 1 + step:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if passes(middle) else (low, middle)
+    if low > table:
+        return low, high / low - 1, CERTIFIED
+    return _checked_eps0(mechanism, point, params, table, high / table - 1)
 
 
 def _checked_eps0(mechanism: str, point: dict[str, float], params: dict[str, Any], table: float, slack: float,

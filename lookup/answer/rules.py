@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from lookup.chord import chord_eps
-from lookup.format import FLOAT_SLACK, UNIT_ROUNDOFF
+from lookup.format import FLOAT_SLACK, UNIT_ROUNDOFF, exact_worst_case
 from lookup.store.table import Table
 
 
@@ -56,13 +56,34 @@ class Rows:
     bounds; None: none), ``opposite`` (the far corner of the slack estimate; None: unknown).  For
     the query's own row all three are that row; for k-RR at a k between grid values ``k`` is the
     grid k of ``upper`` and ``blend`` the query's position between ``upper`` and ``opposite`` in
-    log k (used by estimates only)."""
+    log k (used by estimates only).  ``tighter_live``: the engine certifies the row's mechanism
+    more tightly than the analysis the row holds (``lookup.format.exact_worst_case``: binary RR),
+    so slack is measured against the row's lower bound (``slack_to_lower``), not the opposite corner."""
 
     upper: int
     lower: int | None
     opposite: int | None
     k: float | None = None
     blend: float = 0.0
+    tighter_live: bool = False
+
+
+def tighter_live(table: Table, row: int) -> bool:
+    """Whether the live engine certifies the table row ``row`` more tightly than the row's analysis
+    (its family and parameters: ``lookup.format.exact_worst_case``, binary RR, whose table rows hold
+    the blanket bound, 20-43% above the exact value the engine certifies within 0.5%)."""
+    return exact_worst_case(table.families[row], table.params[row])
+
+
+def slack_to_lower(value: np.ndarray, lower: np.ndarray, unknown: np.ndarray) -> np.ndarray:
+    """value / lower - 1, the slack of an answer whose live value may be far below the table's
+    (``Rows.tighter_live``): the live certified value is at least the exact one, which is at least
+    the lower bound, so this is an upper bound on the answer's ratio to the live value, minus 1,
+    whatever analysis the row holds.  NaN (unknown) where ``unknown`` or no positive lower bound;
+    0 where the value is 0 (delta at eps >= eps0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(value > 0, value / np.minimum(lower, value) - 1, 0.0)
+    return np.where(unknown | ((value > 0) & ~(lower > 0)), np.nan, ratio)
 
 
 def rows(table: Table, mechanism: str, params: dict[str, Any]) -> Rows | None:
@@ -84,7 +105,7 @@ def rows(table: Table, mechanism: str, params: dict[str, Any]) -> Rows | None:
     """
     own = table.row(mechanism, params)
     if own is not None:
-        return Rows(own, own, own)
+        return Rows(own, own, own, tighter_live=tighter_live(table, own))
     k = params.get("k")
     if mechanism != "krr" or set(params) != {"k"} or not isinstance(k, int | float) or k != int(k) or k < 2:
         return None
@@ -158,6 +179,8 @@ def eps_at(table: Table, rows: Rows, c: Corner, eps0: np.ndarray, delta: np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         slack = np.where(edge, np.nan, value / np.minimum(opposite, eps0) - 1)
     lower = lower_eps(table, rows.lower, c, delta)
+    if rows.tighter_live:  # the row's own values are no measure of the engine's: its lower bound is
+        slack = slack_to_lower(value, lower, edge)
     return value, np.minimum(lower, value), slack, outside, edge
 
 
@@ -195,6 +218,8 @@ def delta_at(table: Table, rows: Rows, c: Corner, eps0: np.ndarray, eps: np.ndar
         lower_curve = table.lower[rows.lower][far]
         ok = ((c.eps0_down >= 0) & (c.n_up < table.n.size))[:, None] & (lower_curve > eps[:, None])
         lower = np.where(ok, grid[None, :], 0.0).max(axis=1)  # the exact eps at that delta exceeds eps
+    if rows.tighter_live:  # measured against the lower bound (a grid delta): unknown where there is none
+        slack = slack_to_lower(value, lower, edge)
     return np.where(outside, np.nan, value), np.minimum(lower, value), slack, outside, edge
 
 
@@ -220,7 +245,9 @@ def eps0_max_at(table: Table, rows: Rows, n: np.ndarray, eps: np.ndarray, delta:
 
     The slack estimate is b / value - 1 for b the first grid eps0 whose opposite-corner value
     (n rounded up) exceeds the target: the live answer is expected below b (NaN if no grid
-    eps0 exceeds it)."""
+    eps0 exceeds it).  For a ``Rows.tighter_live`` row the value ``eps_at``'s slack measures
+    against is the lower bound: b is the first grid eps0 where the exact eps is proved above the
+    target, so every certified eps0_max is below b."""
     grid = table.eps0
     columns = [eps_at(table, rows, corner(table, np.full_like(n, e0), n, rows.upper), np.full_like(n, e0), delta)
                for e0 in grid]

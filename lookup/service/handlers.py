@@ -60,7 +60,9 @@ class Service:
         self.refiner = Refiner(settings, pools["refine"], table, f"{self.table_tag}/{_engine_version()}",
                                pools["slice"], self.ready)
         self.metrics = Metrics()
-        self.composing: set[str] = set()  # rounds questions in refinement workers (at most refine_workers - 1)
+        # rounds questions in refinement workers, with binary RR's refinements (``Refiner.slow``): at most
+        # refine_workers - 1 long tasks there at once
+        self.composing: set[str] = self.refiner.slow
         self.composable = live_engine.available() and find_spec("dp_accounting") is not None
 
     def ready(self) -> bool:

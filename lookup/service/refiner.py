@@ -16,6 +16,7 @@ from lookup.answer.lru import LRU
 from lookup.answer.params import HELP
 from lookup.answer.refine import where
 from lookup.device.files import canonical
+from lookup.format import exact_worst_case
 from lookup.service.pool import Busy, Pool
 from lookup.service.schema import ENDPOINT_VALUE
 from lookup.service.settings import Settings
@@ -40,7 +41,17 @@ class Refiner:
     the full refinement (bracketed against a value the engine refused, and the engine's lower
     bound proved near it), which answers from then on.  A question asked once costs one
     evaluation where the estimate is good (135 of 136 random questions: within 0.6% of the
-    engine's eps, median +0.55%)."""
+    engine's eps, median +0.55%).
+
+    Refinements of binary RR (``lookup.format.exact_worst_case``: k-RR with k = 2, whose table rows
+    hold the blanket bound, 20-43% above what the engine certifies) run the engine's exact path:
+    0.05-1 s at n <= 1e7, seconds near 1e9, not a few milliseconds.  They are started like any
+    other (the table's answer given at once, "refined": false, the refinement kept for the next
+    asking), but such long tasks (these and rounds questions, ``slow``) hold at most
+    ``refine_workers`` - 1 refinement workers at once (one where there is only one), so that the
+    others' refinements keep a worker; beyond that one is not started (answered unrefined, tried
+    again at the next asking).  Nor is an eps0 slice kept for them: the slice engine holds the
+    blanket bound."""
 
     def __init__(self, settings: Settings, pool: Pool, table: Table, prefix: str,
                  slice_pool: Pool | None = None, ready: Any = None) -> None:
@@ -51,6 +62,9 @@ class Refiner:
         self.asked = LRU(4096)  # eps0 slices asked for once (started at the second asking)
         self.failed: set[str] = set()  # slices the engine refused (not tried again)
         self.axes: tuple[list[int], list[float]] | None = None
+        # long tasks in refinement workers: rounds questions (``Service.composing``, this set) and
+        # binary RR's refinements; at most refine_workers - 1 of them at once
+        self.slow: set[str] = set()
 
     def key(self, kind: str, mechanism: str, kwargs: dict[str, Any], max_slack: float | None) -> str:
         """The pool's key of a query: the table, the engine version and the canonical query."""
@@ -62,21 +76,20 @@ class Refiner:
             return {**body, "refined": False}  # (behind the workers' warm-up it would only add to the wait)
         key = self.key(kind, mechanism, kwargs, max_slack)
         quick = kind == "eps"
+        slow = exact_worst_case(mechanism, {k: v for k, v in kwargs.items() if k in HELP})
         refined = self.pool.cached(key)
         if quick and refined is None:
             refined = self.pool.cached(key + " quick")
             if refined is not None:  # asked again: the full refinement (its lower bound), for later askings
                 with contextlib.suppress(Busy):
-                    self.pool.submit(key, "background", self.settings.live_timeout, worker_answer, kind, mechanism,
-                                     kwargs, max_slack)
+                    self.submit(key, slow, kind, mechanism, kwargs, max_slack)
         if quick and refined is None and "via" not in body:  # (a borrowed row's answer: its slice was asked)
             body = self.from_slice(mechanism, kwargs, body)
             if not too_loose(body, max_slack):
                 return body
         if refined is None:
             try:
-                future = self.pool.submit(key + " quick" if quick else key, "background", self.settings.live_timeout,
-                                          worker_answer, kind, mechanism, kwargs, max_slack, quick)
+                future = self.submit(key + " quick" if quick else key, slow, kind, mechanism, kwargs, max_slack, quick)
             except Busy:
                 return {**body, "refined": False}
             done, _ = await asyncio.wait({future}, timeout=self.settings.refine_budget)
@@ -94,11 +107,27 @@ class Refiner:
         name = ENDPOINT_VALUE[kind]
         return refined if better(refined[name], body[name]) else body
 
+    def submit(self, key: str, slow: bool, *args: Any) -> asyncio.Future:
+        """The refinement ``worker_answer(*args)`` started (or the one in flight) in a refinement
+        worker; ``slow`` (binary RR's exact path): counted in ``self.slow`` and refused (``Busy``) where
+        long tasks already hold ``refine_workers`` - 1 workers (one where there is only one)."""
+        if slow and key not in self.pool.inflight and len(self.slow) >= max(1, self.settings.refine_workers - 1):
+            raise Busy("the refinement workers for long refinements are taken")
+        future = self.pool.submit(key, "background", self.settings.live_timeout, worker_answer, *args)
+        if slow and key not in self.slow:
+            self.slow.add(key)
+            future.add_done_callback(lambda _: self.slow.discard(key))
+        return future
+
     def from_slice(self, mechanism: str, kwargs: dict[str, Any], body: dict[str, Any] | None) -> Any:
         """``body`` (the table's answer; None: the table has none) read from the slice at the
         query's eps0 where one is kept and better; the slice started where none is kept and eps0
-        is inside the table's range."""
+        is inside the table's range.  Never for binary RR (``lookup.format.exact_worst_case``): the
+        slice engine (``engine.dense``) holds the blanket bound, 20-43% above the engine's exact path,
+        so a slice would be slower than the refinement and far looser."""
         params = {k: v for k, v in kwargs.items() if k in HELP}
+        if exact_worst_case(mechanism, params):
+            return body
         key = self.slice_key(mechanism, kwargs)
         found = self.slices.get(key) if self.settings.slice_cache else None
         if found is None:

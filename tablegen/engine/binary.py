@@ -22,6 +22,7 @@ import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 
 from lookup.format import UNIT_ROUNDOFF as U
+from lookup.format import exact_worst_case
 
 WINDOW_SDS = 8.0  # half-width of each binomial window in its tilted sds (tilted tail mass < e^-30)
 EXACT_MS = 4  # the m whose exact value gives the lower bound
@@ -40,9 +41,9 @@ class BinaryBounds:
 
 
 def applies(query: object) -> bool:
-    """Whether a query is binary RR with the exact path: k-RR with k = 2 at an n the engine evaluates
-    itself (2 <= n <= limits.N_MAX)."""
-    return (query.mechanism.name == "krr" and query.params.get("k") == 2  # type: ignore[attr-defined]
+    """Whether a query is binary RR with the exact path: k-RR with k = 2 (``lookup.format.exact_worst_case``,
+    which lookup reads too) at an n the engine evaluates itself (2 <= n <= limits.N_MAX)."""
+    return (exact_worst_case(query.mechanism.name, query.params)  # type: ignore[attr-defined]
             and 2 <= query.n == query.n_engine)  # type: ignore[attr-defined]
 
 
