@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -224,13 +225,29 @@ def results(client: Any, tasks: Iterator[Task], prefix: str, log: Callable[[str]
             fill()
     except (BuildFailed, BuildInterrupted):
         raise
-    except Exception:  # noqa: BLE001 - a call to a scheduler that went away: one line naming it
-        if client.status == "running":
+    except Exception as err:  # noqa: BLE001 - a call to a scheduler that went away: one line naming it
+        if not _scheduler_gone(client, err):
             raise
         raise SchedulerLost(f"the dask scheduler {scheduler} went away mid-build") from None
     finally:
         if pending and client.status == "running":
             client.cancel(list(pending), force=True)
+
+
+def _scheduler_gone(client: Any, err: Exception) -> bool:
+    """Whether ``err``, raised by a call to the scheduler, means that the client has lost it: the
+    client says so, or the call found its connection closed (``CommClosedError``) and the client
+    says so within CONNECT_SECONDS (it notices a moment after the call that ran into it)."""
+    if client.status != "running":
+        return True
+    from distributed.comm.core import CommClosedError
+
+    if not isinstance(err, CommClosedError):
+        return False
+    deadline = time.monotonic() + CONNECT_SECONDS
+    while client.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return client.status != "running"
 
 
 def _finished(client: Any, scheduler: str, future: Any, t: Task) -> SliceResult:
