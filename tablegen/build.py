@@ -147,13 +147,33 @@ def build(spec: Spec, out: str | Path, *, scheduler: str | None = None, workers:
           sign_key: str | Path | None = None, security: Any = None) -> Report:
     """Build (or finish building) the table of ``spec`` at ``out``.
 
-    ``client``: a connected ``distributed.Client`` of any cluster (dask-jobqueue, the Kubernetes
-    operator, ...; left open); else ``scheduler``: address of a running dask scheduler (over TLS:
-    a tls:// address and ``security``, a ``distributed.security.Security``, see ``client_security``);
-    else a LocalCluster with ``workers`` single-threaded worker processes (default: this machine's
-    cores); workers=0 computes in this process without dask.  One build per ``out`` at a time
-    (``store.build_lock``).  ``sign_key``: an Ed25519 private key (PEM) that signs the published
-    table (``lookup.trust.origin``), also when it is already up to date.
+    The cluster is ``client`` if given, else a ``scheduler``'s, else a LocalCluster of ``workers``
+    processes; workers=0 computes in this process without dask.  One build per ``out`` at a time
+    (``store.build_lock``).
+
+    Args:
+        spec: the grid spec (``spec.load_spec``).
+        out: the published table's path (a published table or nothing).
+        scheduler: address of a running dask scheduler (tcp:// or tls://).
+        workers: single-threaded worker processes of a LocalCluster (None: this machine's cores;
+            0: no dask, this process).
+        client: a connected ``distributed.Client`` of any cluster (dask-jobqueue, the Kubernetes
+            operator, ...), left open.
+        progress: a progress bar on stderr.
+        fresh: discard an unfinished build of ``out`` and start over.
+        log: where the build's lines go.
+        sign_key: an Ed25519 private key (PEM) that signs the published table
+            (``lookup.trust.origin``), also when it is already up to date.
+        security: the ``distributed.security.Security`` of a tls:// scheduler (``client_security``).
+
+    Returns:
+        ``Report(computed, skipped, seconds)``: curves computed and already finished.
+
+    Raises:
+        BuildFailed: a slice failing on every try, no worker running this engine, the scheduler lost
+            (``SchedulerLost``); the finished slices stay in the staging store.
+        BuildInterrupted: SIGINT or SIGTERM; the finished slices stay in the staging store.
+        SchedulerUnreachable: no dask scheduler answers at ``scheduler`` (nothing written).
     """
     out = Path(out)
     connect = functools.partial(connected, client, scheduler, workers, log, security)

@@ -45,7 +45,24 @@ def dry_run(spec: Spec, out: str | Path | None, sample: int, cores: int, seed: i
     bound, flagged), one not started is left out; where no sampled slice finished, nothing is
     estimated (BuildFailed saying so and naming a larger ``--budget``).  Wall time on ``cores``:
     Graham's bound for greedy scheduling (Graham 1969), core-seconds / cores + the slowest slice,
-    then the merge."""
+    then the merge.
+
+    Args:
+        spec: the grid spec.
+        out: the table's path, whose finished staged slices are left out (None: none).
+        sample: slices to time.
+        cores: the cores to size the wall time for.
+        seed: the sample's seed.
+        log: where the lines go.
+        budget: seconds spent timing the sample.
+        processes: local processes that time it (None: this machine's cores).
+
+    Returns:
+        The figures, by name (``core_hours``, ``wall_hours``, ``published_bytes``, ...).
+
+    Raises:
+        BuildFailed: no sampled slice finished within ``budget``.
+    """
     done = store.finished(store.staging_path(out), spec.n.size) if out else set()
     left = spec.slice_count - len(done)
     strata = _strata(spec, done, sample, seed)
