@@ -499,7 +499,7 @@ class PrivateFolder:
     temporaries, renamed; each subfolder opened without following links and checked to be this
     account's, writable by no one else), never through the path, so a folder swapped in under its
     name by someone who can write the parent receives nothing.  ``written`` holds the SHA-256 of
-    the bytes of each file written, computed in memory, never read back (issue 55)."""
+    the bytes of each file written, computed in memory, never read back."""
 
     def __init__(self, out: Path) -> None:
         import tempfile

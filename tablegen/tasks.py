@@ -88,10 +88,8 @@ def task(spec: Spec, r: int, e: int) -> Task:
 def todo(spec: Spec, done: set[tuple[int, int]]) -> list[tuple[int, int]]:
     """The (row, eps0) slices not in ``done``, the longest first (longest-processing-time order,
     so the stragglers do not start last and set the wall time): those with lower bounds, then
-    by eps0 from the largest.  Timed on a stratified sample of ``full.toml`` (docs/cluster.md):
-    slices with lower bounds 40-387 s at eps0 5.54 and 71-183 s at 0.83, the others 7-31 s (engine 3;
-    engine 4's lower slices take about half that: 28-83 s in a 32-slice dry run here, the others 4-11 s;
-    engine 5's 10-28 s, the others 4-13 s)."""
+    by eps0 from the largest: a slice with lower bounds takes a few times one without, and the
+    cost grows with eps0 (docs/cluster.md, "Stragglers: where a slice's time goes")."""
     slices = [(r, e) for r in range(spec.shape[0]) for e in range(spec.shape[1]) if (r, e) not in done]
     lower = [any(spec.wants_lower(e, j) for j in range(spec.n.size)) for e in range(spec.shape[1])]
     return sorted(slices, key=lambda s: (not lower[s[1]], -s[1], s[0]))
