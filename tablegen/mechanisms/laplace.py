@@ -1,4 +1,4 @@
-"""Laplace mechanism on [0, 1]: R(x) = x + Lap(1/eps0) (Su-Cheng-Wang (arXiv:2504.07414), Appendix C).
+"""Laplace mechanism on [0, 1]: R(x) = x + Lap(1/eps0) (arXiv:2504.07414 Appendix C).
 
 Blanket (upper bound), pair x0 = 0, x1 = 1, c(y) = min_x R(x)(y) = (eps0/2) e^(-eps0 max(|y|, |y-1|)):
 
