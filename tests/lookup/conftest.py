@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tablegen"))
 sys.path.insert(0, str(Path(__file__).parent / "trust"))  # test_lookup_bombs, whose files device/ measures too
+sys.path.insert(0, str(Path(__file__).parent / "service"))  # test_lookup_serve, whose helpers answer/ uses too
 
 SPEC = """
 title = "lookup test table"
