@@ -32,10 +32,11 @@ from tablegen.mechanisms import gaussian as law
 TAIL_SHARE = 1e-3  # the clip of plain plans leaves an excess E[Y] of at most this share of delta
 CLIP_STEP = 0.25  # clips are multiples of this (in log u)
 CLIP_MAX = 20.0  # no clip above this: the spectral path loses its tilt there (docs/soundness.md)
-ENGINE_CLIPS = (3.0, 5.0, 7.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
-SHIFTS = (0.02, 0.1, 0.3, 0.6, 0.85)
+ENGINE_CLIPS = (3.0, 6.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
+SHIFTS = (0.1, 0.5, 0.85)
+FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in the second round
 JUMPS = 40  # terms of the jump series before its remainder
-GRID = 12  # eps points of the first round of a search
+GRID = 8  # eps points of each round of a search
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
@@ -166,7 +167,11 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     tried = plans(sigma, delta)
     a, da, b, db, plan = _bracket(sigma, n, delta, tried, 1e-6 * _single_user_eps(sigma, delta),
                                   _single_user_eps(sigma, delta))
-    if a > 0:  # a second round inside the bracket: the plan best near the answer
+    if a > 0:  # a second round inside the bracket: the best plan, and its clip at other shifts
+        plain = [p for p in tried if p[1] == 0]
+        if plan >= 0 and tried[plan][1] > 0:
+            plain += [tried[plan]] + [(tried[plan][0], s) for s in FINER_SHIFTS]
+        tried = plain
         a, da, b, db, plan = _bracket(sigma, n, delta, tried, a, b, (a, da))
     chosen = [tried[plan]] if plan >= 0 else []
 
