@@ -58,15 +58,17 @@ def plans(sigma: float, *deltas: float) -> list[tuple[float, float]]:
 
 def jump_series(sigma: float, clip: float, n: int, b: np.ndarray) -> np.ndarray:
     """Term B: sum_k P(J' = k) E[(Y - b/(k+1))_+] + P(J' >= K) E[Y], each probability bounded above
-    (C(N, k) p^k (1-p)^(N-k) <= (N p)^k / k! e^(-(N-k) p), P(J' >= K) <= (N p)^K / K!), N = n - 1."""
-    p, users = law.tail_mass(sigma, clip) / (1 - law.NORMAL_RTOL), n - 1  # the unpushed mass bounds P(Y > 0)
+    (C(N, k) p^k (1-p)^(N-k) <= (N p)^k / k! e^(-(N-k) p), P(J' >= K) <= (N p)^K / K!), N = n - 1,
+    with p rounded up in the powers and down in the exponential."""
+    p_low = law.tail_mass(sigma, clip)
+    p_high, users = p_low * (1 + 2 * law.NORMAL_RTOL) / (1 - law.NORMAL_RTOL), n - 1
     b = np.asarray(b, dtype=float)
-    if users == 0 or p == 0:
+    if users == 0 or p_high == 0:
         return law.excess(sigma, clip, b)
     k = np.arange(JUMPS)
-    log_np = math.log(users * p)
-    log_pmf = k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p
-    weight = np.exp(log_pmf) * (1 + 1e-12)
+    log_np = math.log(users * p_high)
+    value, error = law.exp_with_error(k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p_low)
+    weight = value * (1 + error)
     terms = law.excess(sigma, clip, b[..., None] / (k + 1)) * weight
     rest = math.exp(min(JUMPS * log_np - float(gammaln(JUMPS + 1)), 0.0)) * float(law.excess(sigma, clip))
     return terms.sum(axis=-1) + rest
