@@ -32,11 +32,13 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "rdp": ("bench.rdp_bench", "Renyi-DP accounting (bench/rdp_bench.py)"),
     "binary": ("bench.binary_bench", "binary RR (k-RR, k = 2): the exact worst case certified, against the "
                "blanket bound and an independent exact oracle; whole-process time (bench/binary_bench.py)"),
+    "gaussian": ("bench.gaussian_bench", "the shuffled Gaussian on bits: published routes against ours certified, "
+                 "the lower bounds, whole-process time (bench/gaussian_bench.py)"),
     "service": ("bench.service_bench", "the HTTP service under load: 32 clients, mixed questions, slow clients "
                 "(bench/service_bench.py, --load)"),
 }
 # sections whose main only prints: the dispatcher records what they print as one block, SECTION/all
-PRINT_ONLY = {"subsample", "rdp", "service", "binary"}
+PRINT_ONLY = {"subsample", "rdp", "service", "binary", "gaussian"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -172,6 +172,19 @@ def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, de
           "n": int(users)}, as_json)
 
 
+def _calibrate_gaussian(eps: str, delta: str, n: str, as_json: bool) -> None:
+    """The smallest certified sigma of the Gaussian on bits (``tablegen.engine.gaussian.sigma_min``)."""
+    from tablegen.engine import gaussian
+
+    try:
+        e, d, users = _number("eps", eps), _number("delta", delta), _number("n", n)
+        sigma = gaussian.sigma_min(e, d, users)
+    except ValueError as exc:
+        _fail(exc)
+    emit({"sigma": sigma, "certified": True, "mechanism": "gaussian", "inputs": "bits", "eps": e, "delta": d,
+          "n": int(users)}, as_json)
+
+
 def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | None, eps: str | None,
                       as_json: bool) -> None:
     """binary-sum / histogram (Balcer-Cheu, arXiv:1911.06879, section 3) with noise parameter --p."""
@@ -195,15 +208,19 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
+@click.option("--mechanism", required=True,
+              type=click.Choice(["binary-sum", "histogram", "gaussian"], case_sensitive=False))
 @click.option("--eps", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> None:
-    """Largest p (least noise) certified (eps, delta)-DP, beside the paper's p."""
+    """Least noise certified (eps, delta)-DP: the largest p of a protocol, beside the paper's p, or the
+    smallest sigma of the Gaussian on bits."""
     from tablegen.protocols import accounting
 
+    if mechanism.lower() == "gaussian":
+        return _calibrate_gaussian(eps, delta, n, as_json)
     try:
         e, d, users = _number("eps", eps), _number("delta", delta), _number("n", n)
         p = accounting.calibrate(mechanism, eps=e, delta=d, n=users)

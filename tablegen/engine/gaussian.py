@@ -32,11 +32,13 @@ from tablegen.mechanisms import gaussian as law
 TAIL_SHARE = 1e-3  # the clip of plain plans leaves an excess E[Y] of at most this share of delta
 CLIP_STEP = 0.25  # clips are multiples of this (in log u)
 CLIP_MAX = 20.0  # no clip above this: the spectral path loses its tilt there (docs/soundness.md)
-ENGINE_CLIPS = (3.0, 6.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
+ENGINE_CLIPS = (3.0, 5.0, 7.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
 SHIFTS = (0.1, 0.5, 0.85)
 FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in the second round
 JUMPS = 40  # terms of the jump series before its remainder
 GRID = 8  # eps points of each round of a search
+SEARCH_FLOOR = 1e-9  # the search starts at this fraction of the single-user eps
+SECOND_ROUND = 3  # plans (the best at the bracket's lower end) evaluated again inside the bracket
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
@@ -91,12 +93,17 @@ def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float)
     return main + jump_series(sigma, clip, n, n * shift * np.expm1(eps))
 
 
+def plan_values(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]]) -> np.ndarray:
+    """Each plan's bound at each eps (rows: ``tried``, then E[G_+]); a NaN proves nothing: infinite."""
+    values = np.array([plan_delta(sigma, n, eps, c, s) for c, s in tried] + [single_user(sigma, eps)])
+    return np.where(np.isnan(values), np.inf, values)
+
+
 def delta_upper(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """The smallest bound over the plans ``tried`` and E[G_+] at each eps, with the index of the plan
     that gave it (-1: E[G_+]); pushed up by FLOAT_SLACK.  A NaN proves nothing: counted infinite."""
-    values = np.array([plan_delta(sigma, n, eps, c, s) for c, s in tried] + [single_user(sigma, eps)])
-    values = np.where(np.isnan(values), np.inf, values)
+    values = plan_values(sigma, n, eps, tried)
     best = np.argmin(values, axis=0)
     chosen = values[best, np.arange(eps.size)] * (1 + FLOAT_SLACK)
     return chosen, np.where(best == len(tried), -1, best)
@@ -167,14 +174,14 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     sigma, n = _checked(sigma, n)
     delta = validate.open_unit("delta", delta)
     tried = plans(sigma, delta)
-    a, da, b, db, plan = _bracket(sigma, n, delta, tried, 1e-6 * _single_user_eps(sigma, delta),
-                                  _single_user_eps(sigma, delta))
-    if a > 0:  # a second round inside the bracket: the best plan, and its clip at other shifts
-        plain = [p for p in tried if p[1] == 0]
-        if plan >= 0 and tried[plan][1] > 0:
-            plain += [tried[plan]] + [(tried[plan][0], s) for s in FINER_SHIFTS]
-        tried = plain
-        a, da, b, db, plan = _bracket(sigma, n, delta, tried, a, b, (a, da))
+    top = _single_user_eps(sigma, delta)
+    a, da, b, db, plan, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
+    if a > 0:  # a second round inside the bracket: the plans best at its lower end, the best at finer shifts
+        best = [tried[i] for i in ranked[:SECOND_ROUND]]
+        if best and best[0][1] > 0:
+            best += [(best[0][0], s) for s in FINER_SHIFTS]
+        tried = list(dict.fromkeys(best + [p for p in tried if p[1] == 0]))
+        a, da, b, db, plan, _ = _bracket(sigma, n, delta, tried, a, b, (a, da))
     chosen = [tried[plan]] if plan >= 0 else []
 
     def excess_over(eps: float) -> float:
@@ -188,17 +195,22 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
 
 
 def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], low: float, high: float,
-             below: tuple[float, float] = (0.0, math.inf)) -> tuple[float, float, float, float, int]:
-    """(a, delta at a, b, delta at b, plan certifying b) from GRID points of [low, high] with every plan:
-    b the first point certified, a the point before it (``below`` where b is the first point)."""
+             below: tuple[float, float] = (0.0, math.inf)
+             ) -> tuple[float, float, float, float, int, list[int]]:
+    """(a, delta at a, b, delta at b, plan certifying b, the plans ranked by their bound at a) from GRID
+    points of [low, high] with every plan: b the first point certified, a the point before it
+    (``below`` where b is the first point)."""
     grid = np.geomspace(low, high, GRID)
-    values, plan = delta_upper(sigma, n, grid, tried)
+    each = plan_values(sigma, n, grid, tried)
+    values = each.min(axis=0) * (1 + FLOAT_SLACK)
     ok = np.flatnonzero(values <= delta)
     if not ok.size:
         raise ValueError(f"no eps up to {high:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
     j = int(ok[0])
     a, da = (float(grid[j - 1]), float(values[j - 1])) if j else below
-    return a, da, float(grid[j]), float(values[j]), int(plan[j])
+    plan = int(np.argmin(each[:, j]))
+    ranked = [int(i) for i in np.argsort(each[:-1, j - 1 if j else j], kind="stable")]
+    return a, da, float(grid[j]), float(values[j]), (plan if plan < len(tried) else -1), ranked
 
 
 def _single_user_eps(sigma: float, delta: float) -> float:
@@ -212,10 +224,10 @@ def _single_user_eps(sigma: float, delta: float) -> float:
 def _eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
     """The largest eps found in (0, upper] whose lower bound on delta is above delta (0 if none), at
     least the sum of the outputs' eps."""
-    return max(_pairs_eps_lower(sigma, n, delta, upper), _sum_eps_lower(sigma, n, delta, upper))
+    return max(_pairs_eps_lower(sigma, n, delta, upper), sum_eps_lower(sigma, n, delta, upper))
 
 
-def _sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
+def sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
     """The largest eps found by bisection whose sum-of-outputs delta is above delta (0 if none)."""
     a, b = 0.0, upper
     if law.sum_delta(sigma, n, 0.0) <= delta:
@@ -239,3 +251,29 @@ def _pairs_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
     a, b = shrink_bracket(lambda e: float(delta_lower(sigma, n, np.array([e]))[0]) - delta, float(grid[j]),
                           float(values[j]) - delta, float(grid[j + 1]), float(values[j + 1]) - delta, 1e-3)
     return a
+
+
+def sigma_min(eps: float, delta: float, n: int, rtol: float = 1e-3) -> float:
+    """The smallest sigma found (within ``rtol``, rounded toward more noise) whose certified eps at
+    (n, delta) is at most ``eps``: the noise to add for a target (eps, delta).  The answer is itself
+    evaluated and certified; a bisection in log sigma over [SIGMA_MIN, SIGMA_MAX].
+
+    Raises:
+        ValueError: a parameter out of range, or not even SIGMA_MAX is certified.
+    """
+    eps = validate.positive_finite("eps", eps)
+    delta = validate.open_unit("delta", delta)
+    n = limits.checked_n(n)
+
+    def certified(sigma: float) -> bool:
+        return eps_bounds(sigma, n, delta, lower=False).upper <= eps
+
+    low, high = law.SIGMA_MIN, law.SIGMA_MAX
+    if not certified(high):
+        raise ValueError(f"no sigma up to {high:g} is certified for eps={eps:g} at delta={delta:g}, n={n}")
+    if certified(low):
+        return low
+    while high / low > 1 + rtol:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if certified(middle) else (middle, high)
+    return high

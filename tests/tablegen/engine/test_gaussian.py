@@ -160,3 +160,12 @@ def test_the_cli_answers_bits_and_refuses_what_is_not_certified() -> None:
         args = ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6", *extra]
         out = runner.invoke(main, args)
         assert out.exit_code == 2 and word in out.output
+
+
+def test_calibrate_gives_the_least_certified_noise() -> None:
+    sigma = gaussian.sigma_min(0.05, 1e-6, 100_000, rtol=1e-2)
+    assert gaussian.eps_bounds(sigma, 100_000, 1e-6, lower=False).upper <= 0.05
+    assert gaussian.eps_bounds(sigma / 1.02, 100_000, 1e-6, lower=False).upper > 0.05
+    out = CliRunner().invoke(main, ["calibrate", "--mechanism", "gaussian", "--eps", "0.0005", "--delta", "1e-6",
+                                    "--n", "1e2"])
+    assert out.exit_code == 2 and "no sigma up to 50" in out.output
