@@ -132,14 +132,20 @@ def _large_eps0(quick: bool) -> list[str]:
     return lines
 
 
-def _binary_section() -> list[str]:
-    """The k = 2 exact path beside the blanket bound: the measured table of ``python -m bench binary``."""
+KEPT_SECTIONS = ("## Binary randomized response", "## Shuffled Gaussian")
+
+
+def _kept_sections() -> list[str]:
+    """The sections written from other benches' measured tables (``python -m bench binary``, ``python -m
+    bench gaussian``), kept as they are when the page is regenerated."""
     page = (common.ROOT / "docs" / "mechanisms.md").read_text()
-    start = page.find("## Binary randomized response")
-    if start < 0:
-        return []
-    end = page.find("\n## ", start + 1)
-    return ["", *page[start:end].rstrip("\n").split("\n")]
+    lines: list[str] = []
+    for title in KEPT_SECTIONS:
+        start = page.find(title)
+        if start >= 0:
+            end = page.find("\n## ", start + 1)
+            lines += ["", *page[start:end if end >= 0 else None].rstrip("\n").split("\n")]
+    return lines
 
 
 def mechanisms(args: argparse.Namespace) -> list[str]:
@@ -161,7 +167,7 @@ def mechanisms(args: argparse.Namespace) -> list[str]:
              "| row | cells | median | 90% | max |", "|---|---|---|---|---|"]
     for name, (count, median, q90, top) in _gaps(table, args.quick).items():
         lines.append(f"| {name} | {count} | {median:.2%} | {q90:.2%} | {top:.2%} |")
-    lines += _binary_section() + _large_eps0(args.quick)
+    lines += _kept_sections() + _large_eps0(args.quick)
     for name, m in MECHANISMS.items():
         lines += ["", f"## {name}", "", m.summary + ".", "", f"Reference: {m.reference}.", ""]
         if m.params:

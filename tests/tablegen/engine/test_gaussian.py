@@ -5,6 +5,8 @@ and a direct (uncertified, fine-lattice) FFT evaluation of the blanket bound."""
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -169,3 +171,14 @@ def test_calibrate_gives_the_least_certified_noise() -> None:
     out = CliRunner().invoke(main, ["calibrate", "--mechanism", "gaussian", "--eps", "0.0005", "--delta", "1e-6",
                                     "--n", "1e2"])
     assert out.exit_code == 2 and "no sigma up to 50" in out.output
+
+
+def test_the_side_by_side_quoted_in_the_docs_is_current() -> None:
+    """docs/mechanisms.md's Gaussian table: ours and our lower bound as eps_bounds gives them now."""
+    page = (Path(__file__).resolve().parents[3] / "docs" / "mechanisms.md").read_text()
+    cell = r"([\d.]+)"
+    rows = re.findall(rf"^\| ([12]) \| (1e[456]) \| \S+ \| \S+ \| \S+ \| {cell} \| {cell} \| {cell} \|$", page, re.M)
+    assert len(rows) == 6
+    for sigma, n, ours, lower, _ in rows[:4]:
+        b = gaussian.eps_bounds(float(sigma), int(float(n)), 1e-6)
+        assert b.upper == pytest.approx(float(ours), rel=1e-5) and b.lower == pytest.approx(float(lower), rel=1e-5)
