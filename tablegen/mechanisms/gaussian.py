@@ -71,11 +71,12 @@ def blanket_mass(sigma: float) -> float:
     return float(2 * ndtr(-0.5 / sigma))
 
 
-def _spread(ends: np.ndarray, c: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _spread(lo: np.ndarray, hi: np.ndarray, c: np.ndarray, m: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The two-point law on each cell's ends (lo, hi) with the ratio's conditional mean m / c:
     (hi, weight of hi, lo), hi widened to the mean where rounding put the mean above it."""
     mean = m / c
-    lo, hi = ends[:-1], np.maximum(ends[1:], mean)
+    hi = np.maximum(hi, mean)
     w = np.minimum(np.clip((mean - lo) / (hi - lo), 0.0, 1.0) * (1 + 4 * UNIT_ROUNDOFF), 1.0)
     return hi, w, lo
 
@@ -96,9 +97,10 @@ def blanket(sigma: float, clip_log: float, shift: float = 0.0, cells: int = CELL
     c, c_err = normal_mass_with_error((y[1:] - 1) / sigma, (y[:-1] - 1) / sigma)
     c = c * (1 - c_err)  # int phi(y - 1), pushed down
     m, m_err = normal_mass_with_error(y[1:] / sigma, y[:-1] / sigma)  # int phi(y): u's mean (left), v's (right)
-    ends = np.exp(t) * (1 + 4 * UNIT_ROUNDOFF)
-    u_hi, u_w, u_lo = _spread(ends, c, m * (1 + m_err))  # u's mean pushed up (G up)
-    v_hi, v_w, v_lo = _spread(ends, c, m * (1 - m_err))  # v's mean pushed down (G up)
+    # the ratio of the smaller blanket, u / kappa, lies in [e^t_i, e^t_i+1 / kappa]: the upper ends widened
+    lo, hi = np.exp(t[:-1]), np.exp(t[1:]) * (1 + 4 * UNIT_ROUNDOFF) / (1 - c_err)
+    u_hi, u_w, u_lo = _spread(lo, hi, c, m * (1 + m_err))  # u's mean pushed up (G up)
+    v_hi, v_w, v_lo = _spread(lo, hi, c, m * (1 - m_err))  # v's mean pushed down (G up)
     clip, tail = math.exp(clip_log), tail_mass(sigma, clip_log)
     u_left = np.concatenate([u_hi, u_lo, [clip]])
     v_right = np.concatenate([v_hi, v_lo, [clip]])
