@@ -361,3 +361,18 @@ def eps_bounds(n: int, eps0: float, delta: float, bracket: tuple[float, float],
                 break
             lower = trial  # some m's exact delta at trial is above delta: its exact eps is above trial
     return BinaryBounds(high_bracket, max(lower, low_bracket), total)
+
+
+def eps0_max(n: int, eps: float, delta: float, low: float, top: float, rtol: float = 1e-3) -> float:
+    """The largest eps0 found in [low, top] at which eps is certified at delta for every m (``certifies``),
+    ``low`` being certified already (by the blanket bound): doubling while certified, then bisection in
+    log eps0 to a relative width ``rtol``; the certified end is returned."""
+    high = min(top, 2.0 * low)
+    while high > low and certifies(n, high, eps, delta)[0]:
+        if high >= top:
+            return top
+        low, high = high, min(top, 2.0 * high)
+    while high / low > 1 + rtol:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if certifies(n, middle, eps, delta)[0] else (low, middle)
+    return low

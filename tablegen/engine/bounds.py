@@ -668,6 +668,8 @@ def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rt
     if fb <= 0:
         return b
     a, _ = shrink_bracket(lambda e0: -excess(e0), a, -fa, b, -fb, rtol)
+    if binary.applies(Query(mechanism, a, n, params)):  # binary RR: its exact path certifies larger eps0
+        a = binary.eps0_max(first.n, eps, delta, a, EPS0_CAP, max(rtol, 1e-3))
     return a
 
 

@@ -189,3 +189,17 @@ def test_the_side_by_side_quoted_in_the_docs_is_current() -> None:
             assert eps_bounds("krr", eps0=float(eps0), n=int(float(n)), delta=1e-8, k=2).upper == pytest.approx(
                 float(blanket), rel=1e-5)
             patch.undo()
+
+
+@pytest.mark.parametrize("n,eps", [(2000, 0.3), (500, 0.6)])
+def test_eps0_max_is_certified_by_every_dataset_and_beyond_the_blanket(n: int, eps: float) -> None:
+    from shuffle_reference import binary_rr_delta
+
+    from tablegen.engine import eps0_max
+
+    found = eps0_max("krr", eps=eps, n=n, delta=1e-8, k=2)
+    assert binary_rr_delta(found, eps, n) <= 1e-8  # every m, both directions, from the counts' own laws
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(binary, "applies", lambda q: False)
+        blanket = eps0_max("krr", eps=eps, n=n, delta=1e-8, k=2)
+    assert found > blanket * 1.01
