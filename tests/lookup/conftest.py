@@ -134,3 +134,18 @@ def start_server(table_path: Path, tmp_path_factory: pytest.TempPathFactory):  #
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def http_server():  # noqa: ANN201
+    """http_server(table, tmp, *cli_args) -> HttpServer on any table, stopped at the end of the test
+    (the class itself is not importable by name from test modules: several conftest modules exist)."""
+    started: list[HttpServer] = []
+
+    def start(table: Path, tmp: Path, *args: str) -> HttpServer:
+        started.append(HttpServer(table, tmp, *args))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()

@@ -231,15 +231,14 @@ def test_the_service_keeps_a_worker_from_long_refinements_and_no_slice(binary_ta
     assert pool.submitted == ["a", "c", "b"]
 
 
-def test_the_service_answers_at_once_then_refined(binary_table: Path, tmp_path: Path) -> None:
+def test_the_service_answers_at_once_then_refined(binary_table: Path, tmp_path: Path, http_server: Any) -> None:
     """A k = 2 question at a grid point: the table's answer at once with its true slack (far from 0,
     so never "as tight as the engine" on the page), then refined within 1% of the engine's lower
     bound on the exact eps."""
     pytest.importorskip("pebble")
-    from conftest import HttpServer
     from test_lookup_serve import get
 
-    server = HttpServer(binary_table, tmp_path, "--live-workers", "1")
+    server = http_server(binary_table, tmp_path, "--live-workers", "1")
     try:
         query = f"{server.base}/v1/eps?mechanism=krr&k=2&eps0=2&n=10000&delta=1e-6"
         live = engine(2.0, 10000, 1e-6)
