@@ -1,6 +1,6 @@
 """eps of T identical shuffled rounds through dp-accounting's accountant (``ShufflePLDAccountant``,
 lattice 1e-4) against ``tablegen compose`` (its own lattice, FFT bound subtracted): the grid of
-tests/tablegen/test_compose_accountants.py, at delta = 1e-8.
+tests/tablegen/compose/test_compose_accountants.py, at delta = 1e-8.
 
     pip install 'shuffle-eps[compose]'
     python examples/accountant_vs_compose.py

@@ -6,11 +6,7 @@ holds the randomizers as data (laws of the privacy amplification random variable
 """
 
 __version__ = "0.1.0"
-ENGINE_VERSION = "5"  # 5: cheaper lower slices (engine/lower.py LOWER_TAIL_LOG, coarse-then-fine noise cells;
-# engine/dense.py: the winning pair's upper delta only, no ladder point above a cell's certified eps)
+ENGINE_VERSION = "5"  # what each version changed: docs/engine.md, "Engine versions"
 # engines whose certified eps are the same, bit for bit (4 and 5 changed lower bounds only, which stay
 # valid lower bounds): a table published by any of them is up to date for the others (store.up_to_date)
 SAME_CERTIFIED_EPS = ("3", "4", "5")
-# 4: lower slices carried past their 1% ladder proofs by convexity (engine/dense.py)
-# 3: Laplace upper cells in s = e^(-eps0 t) and t (mechanisms/laplace.py)
-# 2: lattice step refined for the tilted law (lattice.refine_step)

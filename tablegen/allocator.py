@@ -3,10 +3,8 @@
 The engine builds and drops arrays of tens of MB many times per slice.  dask's nanny starts
 every worker with ``MALLOC_TRIM_THRESHOLD_=65536`` (its ``distributed.nanny.pre-spawn-environ``
 default), which also switches off glibc's adaptive thresholds: each large array is then mapped,
-zero-filled page by page and unmapped again, and a worker spent about a third of its CPU time in
-the kernel (default spec build, engine 2: 3,924 s system of 11,137 s CPU).  One slice (OUE
-eps0 6, 701 n x 25 deltas) in such a process: 7.7 s, 3.8 s of it system; with the settings
-below: 3.8 s, 0.2 s system, peak memory unchanged (0.3 GB).  Values are not affected.
+zero-filled page by page and unmapped again, and a worker spends about a third of its CPU time in
+the kernel (measured: docs/tables.md, "The default table and its slack").  Values are not affected.
 
 The heap kept that way is handed back after each slice (``release_freed_memory``): a worker
 under ``dask worker --memory-limit`` otherwise stays above its pause threshold between tasks,

@@ -75,7 +75,18 @@ def slice_values(protocol: str, eps: float, n: np.ndarray, delta: np.ndarray) ->
 
 def build_calibration(spec_path: str | Path, out: str | Path, progress: bool = False,
                       fresh: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Compute (or finish computing; ``fresh``: start over) and publish the table of ``spec_path``."""
+    """Compute (or finish computing) and publish the calibration table of ``spec_path``.
+
+    Args:
+        spec_path: the protocols' spec (``workflows/protocols.toml``).
+        out: the published table's path.
+        progress: a progress bar on stderr.
+        fresh: discard an unfinished build of ``out`` and start over.
+        log: where the lines go.
+
+    Returns:
+        ``out``, the cells, the slices computed and skipped, the cells without a p.
+    """
     out = Path(out)
     with store.build_lock(out, f"tablegen build-calibration --spec {spec_path} --out {out}"):
         return _build_locked(load_axes(spec_path), spec_path, out, progress, fresh, log)

@@ -503,9 +503,10 @@ def build(spec_path: str, out: str, scheduler: str | None, tls_ca_file: str | No
                              f"{cores} --budget {budget:g}")
         spec = load_spec(spec_path)
         if dry_run:
+            from tablegen.dryrun import dry_run as size
+
             log = (lambda _: None) if as_json else click.echo
-            figures = builder.dry_run(spec, out, sample=sample, cores=cores, log=log, budget=budget,
-                                      processes=workers or None)
+            figures = size(spec, out, sample=sample, cores=cores, log=log, budget=budget, processes=workers or None)
             if as_json:
                 click.echo(json.dumps(figures))
             return

@@ -1,6 +1,6 @@
 """Decompositions: the law of the privacy amplification random variable G as data.
 
-Every bound in the papers has the form (Su-Cheng-Wang (arXiv:2504.07414), Theorems 4 and 5)
+Every bound in the papers has the form (arXiv:2504.07414 Theorems 4 and 5)
 
     delta(eps) = (1/n) E[(G_1 + ... + G_n)_+],   G_i i.i.d.,
 
@@ -82,7 +82,7 @@ def from_pairs(rows: list[tuple[float, float, float]]) -> Decomposition:
 
 
 def joint(parts: list[Decomposition], up: bool = True, max_components: int = MAX_COMPONENTS) -> Decomposition:
-    """Joint composition (Su-Cheng-Wang (arXiv:2504.07414) section 6): product of decompositions.
+    """Joint composition (arXiv:2504.07414 section 6): product of decompositions.
 
     The blanket of a product randomizer is the product of the blankets,
     min_(x1,x2) R1(x1)(y1) R2(x2)(y2) = c1(y1) c2(y2), so its components are the pairs of

@@ -124,7 +124,23 @@ def export_device(out: str | Path, family: str, params: dict[str, Any], table: s
                   delta: Sequence[float] | None = None) -> dict[str, Any]:
     """Write the rows of ``family`` matching ``params`` (all rows of the family if empty), cut
     to the ``eps0`` values, the n range [``n_min``, ``n_max``] and the deltas bracketing
-    ``delta`` (each None: the whole axis); returns what was written (size, axes, worst slack)."""
+    ``delta`` (each None: the whole axis), as the device file ``out``.
+
+    Args:
+        out: the device file's path.
+        family: a mechanism family of the table.
+        params: the rows' parameters to match (empty: every row of the family).
+        table: a ``Table``, a path, or None for the shipped table.
+        eps0: the grid eps0 to keep.
+        n_min, n_max: the n range to keep.
+        delta: the deltas to keep (with those bracketing them).
+
+    Returns:
+        What was written: size, axes, worst slack.
+
+    Raises:
+        ValueError: no row matches, or a value is off the table's grid.
+    """
     t = table if isinstance(table, Table) else open_table(table)
     want = json.loads(canonical_params(params))
     rows = [i for i, (f, p) in enumerate(zip(t.families, t.params, strict=True))
@@ -281,7 +297,21 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
     rounded UP to float32, every lower bound ``lower_slice``'s rounded DOWN (NaN where there is
     none, or all with ``lower=False``): nothing is interpolated or extrapolated.  The n axis
     starts ``per_decade`` per decade; each round inserts the integer geometric midpoint of every
-    loose interval and computes only the new n (one slice per eps0)."""
+    loose interval and computes only the new n (one slice per eps0).
+
+    Args:
+        out: the device file's path.
+        family, params: the mechanism and its parameters.
+        eps0, delta: the values stored, exactly those.
+        n_min, n_max: the n range answered.
+        max_slack: the largest relative step between consecutive stored n.
+        lower: also store lower bounds.
+        resolution, lower_resolution: the engine's cells per sd for the upper and lower bounds.
+        per_decade: the n axis's first points per decade.
+
+    Returns:
+        What was written: size, axes, the worst slack and where, the refinement rounds, seconds.
+    """
     from tablegen.engine.dense import eps_slice, lower_slice
     from tablegen.mechanisms import get_mechanism
 

@@ -1,45 +1,11 @@
 """Table stores on disk: the resumable staging store, the published zarr store, its manifest.
 
-Staging (``OUT.staging/``, next to the output so renames stay on one file system):
-
-* ``spec.json``: the canonical spec, its SHA-256, the engine version and an HMAC of the last two
-  (``staging_mac``: the per-user secret of the trust records); a staging store is only
-  resumed by the same spec and engine, and only if it was made here (``made_here``: the HMAC
-  verifies, the directory is this user's alone, mode 0700); any other is discarded, the log
-  saying so;
-* ``cells.zarr``: arrays ``eps`` and ``eps_lower`` (mechanism, eps0, n, delta), one chunk per
-  (mechanism, eps0) slice, zstd-compressed with a crc32c checksum, each written whole, once, by
-  the client that received the slice from a worker (workers never see this store);
-* ``done/R_E/all``: the marker written after both chunks of slice (R, E), holding the HMAC of
-  each array's values with the build's identity and the slice (``slice_mac``).  A slice counts
-  as finished only through its marker, so a kill at any moment loses at most the slices being
-  written; a resume keeps only the slices whose values match their HMACs (``sealed_slices``) and
-  the publish reads only such values (``slice_reader``), so a table is recorded as built here
-  only for values this machine computed: a slice planted, edited, or whose chunk was torn is
-  recomputed ("N staged slices not made here: recomputed").  (Staging stores begun before the
-  HMACs, with empty markers or a marker ``done/R_E/N`` per curve, are recomputed whole.)
-
-Published store (``OUT``): the xarray Dataset (CF-style attributes, the spec and the engine's
-certification settings), chunked per mechanism row, crc32c on every chunk, metadata
-consolidated once, and ``MANIFEST.sha256`` (``sha256sum -c`` format) over every other file.
-It is written beside ``OUT``, verified, and swapped in with one atomic rename.  A table's
-variables are streamed in (``publish_rows``): one mechanism row of one variable in memory at a
-time, read slice by slice from the staging store, so the client's memory does not grow with the
-number of rows.
-
-One build per output at a time (``build_lock``): ``OUT.lock`` beside the output, held with
-``flock`` for the whole build (the kernel releases it when the holder dies, so a lock left by a
-killed build is stale and taken over) and naming its holder (host, pid, start, command); a
-second build refuses at once with the holder's name.  A publish removes only its own folders and
-those of dead processes on this host, and puts back the old table when a two-rename swap was
-interrupted between its renames: readers find the old table or the new one.
-
-Compact variables (``publish(..., compact=CERTIFIED_ROUNDING)``: ``eps`` and ``eps_lower`` of a
-table) are stored as float32 whose mantissa keeps ``MANTISSA_BITS`` bits, rounded in the safe
-direction (``round_float32``: certified eps up, lower bounds down), with only core zarr v3 codecs:
-transpose (n innermost, the smoothest axis), bytes, blosc (zstd, byte shuffle: the zeroed low
-mantissa bytes and the slowly varying exponent bytes become long runs), crc32c.  Any zarr v3
-reader decodes plain floats; nothing else is needed.  Other variables: zstd + crc32c.
+The staging store (``OUT.staging/``: the spec's stamp, a chunk per slice, a marker per finished
+slice, each carrying an HMAC so that only slices made here are resumed and published), the
+published store written row by row beside ``OUT``, verified and swapped in atomically
+(``publish_rows``), its compact float32 variables rounded the safe way (``round_float32``), the
+manifest, and the build lock (``build_lock``).  docs/tables.md, "Resume, worker failure, atomic
+publish" and "Store format"; what the HMACs defend: docs/trust.md.
 """
 
 from __future__ import annotations
@@ -533,7 +499,7 @@ class PrivateFolder:
     temporaries, renamed; each subfolder opened without following links and checked to be this
     account's, writable by no one else), never through the path, so a folder swapped in under its
     name by someone who can write the parent receives nothing.  ``written`` holds the SHA-256 of
-    the bytes of each file written, computed in memory, never read back (issue 55)."""
+    the bytes of each file written, computed in memory, never read back."""
 
     def __init__(self, out: Path) -> None:
         import tempfile

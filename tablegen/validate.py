@@ -108,7 +108,7 @@ def rate(name: str, value: float) -> float:
 
 
 SAMPLE_RATE_MIN = 1e-12  # below it the engine's subsampled composition overflowed (q = 1e-300: an
-# OverflowError, an HTTP 500, issue 55); eps does not decrease with q, so a smaller rate is answered
+# OverflowError, an HTTP 500); eps does not decrease with q, so a smaller rate is answered
 # safely at this one
 
 

@@ -45,7 +45,17 @@ PROOF_RESOLUTION = 60.0  # the second try of _proved_above: cells per sd of the 
 
 def verify(path: str | Path, sample: int = 0, seed: int = 0, full: bool = False) -> list[str]:
     """Problems found in the table at ``path`` (empty list: verified; with ``full``, every slice
-    recomputed and equal, and the table recorded as verified here)."""
+    recomputed and equal, and the table recorded as verified here).
+
+    Args:
+        path: the published table.
+        sample: slices recomputed and compared (0: none).
+        seed: the sample's seed.
+        full: recompute every slice, and record the table as verified where all are equal.
+
+    Returns:
+        One line per problem found.
+    """
     path = Path(path)
     if not path.is_dir():
         return [f"{path}: no such table"]

@@ -189,8 +189,8 @@ def _checked(q: _Queries, i: int, kind: str, refinement: Any, lower: float) -> t
 
 
 def _closed_form(params: dict[str, Any], table: Any, live: bool, **args: Any) -> Answer:
-    """``eps("generic-closed-form", ...)``: the closed form of Feldman, McMillan and Talwar
-    (arXiv:2012.12803, Theorem 3.1) for any eps0-LDP randomizer, as ``tablegen compute`` answers
+    """``eps("generic-closed-form", ...)``: the closed form of arXiv:2012.12803
+    (Theorem 3.1) for any eps0-LDP randomizer, as ``tablegen compute`` answers
     it (computed, never read from a table; no lower bound)."""
     if params:
         raise ValueError(f"{CLOSED_FORM} takes no mechanism parameters, got {', '.join(sorted(params))}")

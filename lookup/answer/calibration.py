@@ -71,9 +71,26 @@ def _load(path: str, group: Any) -> CalibrationTable:
 def calibrate(protocol: str, *, eps: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
               verified: bool = True) -> Answer:
     """Largest certified p (least noise) for (eps, delta)-DP with n users; arrays broadcast.
-    ``table``: a path or a ``CalibrationTable`` from ``open_calibration`` (one not from there,
-    ``certified`` False, is answered from with its answers labelled so); ``verified=False``
-    answers from a table nothing vouches for, its table answers labelled ``certified`` False."""
+
+    Args:
+        protocol: a protocol of the calibration table.
+        eps: the target eps, > 0 (scalar or array).
+        n: the number of users, >= 1 (scalar or array).
+        delta: in (0, 1) (scalar or array).
+        table: a path, a ``CalibrationTable`` from ``open_calibration`` (one not from there,
+            ``certified`` False, is answered from with its answers labelled so), or None for the
+            shipped table.
+        live: whether the engine may answer what the table cannot.
+        verified: False answers from a table nothing vouches for, its table answers labelled
+            ``certified`` False.
+
+    Returns:
+        An ``Answer`` whose ``value`` is the certified p.
+
+    Raises:
+        ValueError: an argument out of its range, or an unknown protocol.
+        TableError: the table cannot answer and ``live`` is off.
+    """
     t = table if isinstance(table, CalibrationTable) else open_calibration(table, verified)
     e, m, d = (np.asarray(v, dtype=float) for v in (eps, n, delta))
     shape = np.broadcast_shapes(e.shape, m.shape, d.shape)

@@ -1,50 +1,13 @@
 """Estimate, then certify: table answers whose slack estimate exceeds ``max_slack``, refined.
 
-For eps, with the smooth estimate e of ``estimate.py`` and a step s (``STEP`` = 0.98%, or
-``max_slack`` if smaller; for eps0_max ``STEP_EPS0`` = 0.98%): the engine checks
-low = e / sqrt(1 + s) (one evaluation of ``tablegen.engine.certifies``: is the certified delta
-at that eps <= delta?).  If low is NOT
-certified, the engine's own search could not go below it, and the candidates low (1 + s),
-low (1 + s)^2 are checked in turn: the first one certified is published, with source
-``"certified estimate"`` and slack s (its ratio to an eps the engine refused).  It is certified
-by the engine's check itself; the raw estimate is never published.  If low IS certified (the
-estimate was too high), the candidates low / (1 + s), low / (1 + s)^2 are checked in turn: at the
-first one NOT certified, the last certified one is published, with slack s (again its ratio to an
-eps the engine refused).  If no candidate settles it either way, the engine's full certified
-search answers (``"live"``: about six evaluations, against one or two).  The answer is never
-above the table's certified value (both are certified; the smaller is kept: a table value within
-the bracket is kept with its measured slack), and when
-the engine cannot answer the table value stands.  eps0_max is the mirror image (brackets from
-above where the estimate's eps0 is refused, upward where it is certified, the larger certified
-eps0 kept); delta needs no estimate: the engine's certified delta is
-itself one evaluation.
-
-Every refinement is also a check of the table (issue 37): where eps keeps the table's value (the
-table is below the bracket's top, or below the engine's certified search), one evaluation of the
-engine's spectral lower path asks whether the exact eps is proved ABOVE that value
-(``live.proves_above``), and where the full search ran, the engine's own lower bound too; if so
-the table is wrong there, and ``Refuted`` is raised with the point, both values and the engine's
-certified eps, which the caller publishes (``lookup.answer.api``: after ``lookup.trust.origin.refute``).  delta
-and eps0_max are checked where they keep the table's value by one engine evaluation with its
-lower bound (``live.delta``): the exact delta at eps proved above the table's delta, or the
-exact delta at (the table's eps0_max, eps) proved above delta (so the exact eps there is above
-the asked eps).  A proof, never an estimate, refutes: a genuine table is never refused.
-
-Why a table value kept inside the bracket is sound: it is published as what it is, the table's
-value read by the conservative rules, labelled ``"table"`` and certified exactly as far as the
-table is (``Table.certified``, its provenance); the bracket decides only whether the engine
-publishes a smaller certified value instead.  The slack published with it, table / low - 1, is an
-upper estimate of its ratio to the engine's certified eps, since the engine could not certify low.
-
-``quick`` (the service's first answer to a question): the estimate inflated by half a step,
-e sqrt(1 + s), is checked first and published where certified, with its slack unknown (NaN: no
-eps below it was refused, so nothing measures it; on random questions of the default table it was
-within 0.6% of the engine's certified eps, median +0.55%); the bracket above follows where not.
-
-Each function takes one query and the table's certified answer and returns (value, slack,
-source); ``lower_eps`` then tries to prove a lower bound near the answer (one evaluation of the
-engine's spectral lower path) in place of the table's.  Engine results and verdicts are cached
-by ``live.py``.
+A smooth estimate (``estimate.py``) is bracketed in steps of ``STEP`` (0.98%, or ``max_slack`` if
+smaller) and published only where one engine evaluation certifies it; otherwise the engine's full
+search answers, and where the engine cannot answer the table's value stands.  A refinement that
+keeps the table's value also asks the engine's lower bounds whether the exact value is proved
+beyond it, and raises ``Refuted`` where it is (a proof, never an estimate: a genuine table is never
+refused).  Each function takes one query and the table's certified answer and returns (value,
+slack, source); engine results and verdicts are cached by ``live.py``.  The steps and why each is
+sound: docs/lookup.md, "max_slack: estimate, then certify"; refutation: docs/trust.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Kinds (each returns the matplotlib Figure and writes ``out``; PNG or SVG by the 
 
 * ``eps-vs-n``: certified eps against n at fixed (eps0, delta) for some mechanisms, the lower
   bound as triangles where the table stores one, and the generic closed form
-  (Feldman-McMillan-Talwar, arXiv:2012.12803, Theorem 3.1) for scale;
+  (arXiv:2012.12803, Theorem 3.1) for scale;
 * ``eps-vs-eps0``: certified eps against eps0 at fixed (n, delta);
 * ``privacy-curve``: certified delta against eps for one setting (the chord between grid deltas);
 * ``eps0-max``: the largest certified local budget eps0 against n for a target (eps, delta);

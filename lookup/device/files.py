@@ -1,37 +1,13 @@
 """Device files: one mechanism family of a table in one compact file, readable with the Python
-standard library alone (this module imports only ``lookup.format`` at load).  The format, byte by byte,
-and the C99 reader beside this one (``lookup/device/c/``): docs/device-format.md.
+standard library alone (this module imports only ``lookup.format`` at load).
 
-Layout (all little-endian)::
-
-    offset 0   8 bytes  magic b"SHEPSDV1"
-    offset 8   4 bytes  uint32 H, length of the header
-    offset 12  H bytes  header, UTF-8 JSON (below)
-    then       R*E*N*D float32 certified eps, C order (row, eps0, n, delta), each rounded UP
-    then       R*E*N*D float32 lower bounds, rounded DOWN (NaN: none)
-
-Header keys: ``format`` (2), ``family``, ``rows`` (the parameters of each row),
-``eps0_monotone`` (per row; false: only grid eps0 may be answered), ``eps0``, ``n``, ``delta``
-(ascending axes), ``shape`` [R, E, N, D], ``dtype`` ("<f4"), ``source`` (the table, its spec
-SHA-256, engine version and date), and ``sha256``, written last: the header ends with the bytes
-``,"sha256":"`` + 64 lowercase hex digits + ``"}``, the SHA-256 of the header bytes as written
-with those 64 digits replaced by ASCII "0", followed by the payload (``encode`` writes it,
-``header_sha256`` computes it), so any reader checks it byte-exactly without re-serialising
-JSON.  Format 1 (files written before 2026-11-25) hashed the header re-serialised as sorted
-compact JSON (``checksum_v1``); this reader still reads it, the C reader refuses it (export it
-again).
-
-A header is strict JSON: duplicate keys, NaN and Infinity are refused.  The surfaces are already
-monotone (``lookup.store.table``), so a reader applies the rules of ``lookup.answer.rules`` directly;
-``DeviceTable.eps`` does so for one query, after checking the row's values once (the
-invariants of ``lookup.store.checks.check_row``, here without numpy).
-
-Bounded reading (issue 43): the header is read first (at most ``MAX_HEADER_BYTES``), and the file
-must have the size it gives, 12 + H + 8 R E N D bytes (at most ``MAX_FILE_BYTES``), before the
-payload is read; with ``verified`` its provenance is asked before too, so a file nothing vouches
-for is never read whole.  A signature (``tablegen sign``) signs ``signed_message``: the family
-and rows the file answers and its digest, so a file signed for one mechanism is refused as
-another (``read_device(path, expect=(family, params))``).
+A magic, a strict-JSON header that carries its own SHA-256 (``encode``, ``header_sha256``), then the
+certified eps rounded up and the lower bounds rounded down as float32; the surfaces are already
+monotone, so ``DeviceTable.eps`` applies the rules of ``lookup.answer.rules`` directly, after
+checking a row's values once.  The header is read first and the file's size checked against it
+before the payload is read; a signature signs ``signed_message`` (the family and rows too).  The
+format byte by byte, its bounds, and the C99 reader beside this one (``lookup/device/c/``):
+docs/device-format.md.
 """
 
 from __future__ import annotations

@@ -7,28 +7,13 @@ uvicorn from ``lookup serve`` (``lookup/service/serve.py``).  Needs the ``serve`
     GET /v1/eps0-max?mechanism=krr&k=10&eps=0.5&n=1e5&delta=1e-8
     GET /v1/info, /healthz, /metrics (Prometheus text format)
 
-Answers are the JSON of ``lookup ... --json``.  Each request is validated in the event loop
-(400 naming the parameter), then answered from the table there (``live=False``: microseconds).
-A table answer within ``max_slack`` is sent at once.  One above it is never refused
-(``Refiner``): read from its eps0 slice where one is kept (``lookup/answer/slices.py``), else refined
-in a refinement worker (reserved for refinements, the highest CPU priority of the workers) for at
-most ``refine_budget`` seconds, else sent as the table's certified answer labelled
-``"refined": false`` while the work goes on.  Questions only the engine can answer, and rounds,
-go to ``live_workers`` worker processes (``lookup/service/pool.py``: pebble, each task timed from
-its start and ended alone past ``live_timeout``) through a bounded queue (``queue`` admitted;
-beyond it a 503 with ``Retry-After``).  Answers are kept in LRU caches keyed by the canonical
-query, the table and the engine version.  The server computes nothing itself: every number is
-one the library or the engine's slice path answers.  An eps question with ``rounds`` (T rounds
-composed, ``lookup/answer/composed.py``: the engine's composition, tens of ms in a warm worker, the
-round's PLD kept for any T) is answered in a refinement worker when the table covers its round
-(in the live pool otherwise, or when the refinement places are all taken), as ``lookup eps
---rounds T --json`` prints it.
-
-Here: ``create_app`` and the warm-ups before "ready".  Beside it, by concern: ``settings.py`` (the
-settings, ``lookup serve``'s options), ``handlers.py`` (one Route per endpoint), ``responses.py``
-(JSON responses and exception handlers), ``parsing.py`` (reading a request), ``refiner.py``
-(``Refiner``), ``tasks.py`` (what the workers run), ``metrics.py`` and ``schema.py`` (the
-endpoints and ``/openapi.json``).
+Answers are the JSON of ``lookup ... --json``, answered from the table in the event loop, refined
+or computed live in worker pools, never waiting past their budgets: docs/lookup.md, "HTTP
+endpoint".  Here: ``create_app`` and the warm-ups before "ready".  Beside it, by concern:
+``settings.py`` (the settings, ``lookup serve``'s options), ``handlers.py`` (one Route per
+endpoint), ``responses.py`` (JSON responses and exception handlers), ``parsing.py`` (reading a
+request), ``refiner.py`` (``Refiner``), ``tasks.py`` (what the workers run), ``metrics.py`` and
+``schema.py`` (the endpoints and ``/openapi.json``).
 """
 
 from __future__ import annotations

@@ -135,9 +135,9 @@ class Service:
             key = refiner.key(kind, mechanism, {**kwargs, **rounds, "live": allow_live}, max_slack)
             task = (settings.live_timeout, worker_composed, mechanism, kwargs, rounds, allow_live, max_slack)
             # in range: a refinement worker's place, like any in-range question, but never the last one
-            # free (issue 57: two compositions, 30-300 ms each, held both refinement workers and every
-            # refinement asked meanwhile waited past its budget, answered unrefined: k-RR k=1024 eps0
-            # 2.182 n 1153 delta 1.2e-7 at 1.085x, refined 8 ms later); beyond the table, or no such
+            # free (two compositions, 30-300 ms each, would hold both refinement workers, and every
+            # refinement asked meanwhile would wait past its budget and be answered unrefined: k-RR
+            # k=1024 eps0 2.182 n 1153 delta 1.2e-7 at 1.085x, refined 8 ms later); beyond the table, or no such
             # place, live work (a task that overran or lost its worker is not run again)
             pool, composing = refiner.pool, self.composing
             if lacking is None and (pool.cached(key) is not None or key in pool.inflight

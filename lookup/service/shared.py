@@ -1,31 +1,12 @@
 """The served table's monotone rows in memory once: written by the server, mapped read-only by its workers.
 
-``lookup serve`` runs a dozen processes that all answer from the same table.  Each used to decode
-and make monotone every row it touched (``lookup.store.table.Surface``: about 5.6 MB per row and surface
-for the shipped table, 21 rows, both surfaces: 235 MB), so a refinement worker, which touches every
-row as it warms up, held a private copy of the whole table (about 280 of its 364 MB at rest).
-
-Here the server, once it has read and checked every row (``lookup.service.app._warm``), writes each row's
-two surfaces into one anonymous memory file (``publish``: ``os.memfd_create``, found by no path)
-and **seals** it (``F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL``): from then on no
-process, the server's own account included, can write, truncate or grow it, nor remove the seals
-(issue 55: the row files of ``/dev/shm``, mode 0400, were rewritten by ``chmod 600`` and an edit,
-and every process answered the new values, certified).  The server then compares the sealed
-bytes with the rows it checked, answers from a read-only map of them itself (its decoded rows
-freed), and keeps the descriptor open.  Each worker (``lookup.service.pool.worker_start``, started by
-``spawn``: it inherits no descriptor) is given ``Rows.handle``: the server's pid and descriptor
-number, the file's device, inode and size, the table's digest and shape.  It opens
-``/proc/<server pid>/fd/<n>`` read-only (``mapped``), and maps it only if it is that very file
-(device, inode, size), sealed with all four seals, and written for its own table's digest and
-shape; otherwise (no memfd or seals on this system, another table, anything else) it decodes its
-rows itself, as before: never an answer from another table's rows or from writable pages.  The
-values are the server's rows byte for byte (float64), so every answer is the same.
-
-Where the system has no sealed memfd (not Linux 3.17+), ``publish`` returns None: the server and
-each worker decode their own rows (more memory, the same answers).  ``remove`` closes the server's
-descriptor when the application stops (maps stay valid until their processes drop them); the
-memory is the kernel's to free when the last process closes or unmaps it, so nothing is left
-behind by a server that dies.
+The server, once it has read and checked every row, writes each row's two surfaces into one
+anonymous memory file and seals it (``publish``: no process can write, truncate or grow it, nor lift
+the seals); each worker maps it read-only (``mapped``) only if it is that very file, sealed, and
+written for its own table's digest and shape, and otherwise decodes its rows itself: never an
+answer from another table's rows or from writable pages, and the same answers either way.  Where
+the system has no sealed memfd, ``publish`` returns None.  docs/lookup.md, "HTTP endpoint" (the
+table in memory once); what the seals defend: docs/trust.md.
 """
 
 from __future__ import annotations

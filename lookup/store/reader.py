@@ -1,42 +1,10 @@
 """A published store read without zarr: only the files a query needs, each checked against the
 store's SHA-256 manifest before its bytes are used.
 
-The stores ``tablegen/store.py`` publishes are zarr v3 groups whose root ``zarr.json`` holds every
-array's metadata (consolidated, inline), with a ``MANIFEST.sha256`` beside them.  This module reads
-the part of the zarr v3 core format (zarr-specs, v3.0) those stores use, and nothing else:
-
-* arrays on a regular chunk grid with the default chunk keys (``c/i/j/...``, separator "/" or
-  "."); a chunk missing from the store and from its manifest holds the fill value (zarr does not
-  write a chunk that is all fill value);
-* data types bool, int8..int64, uint8..uint64, float16/32/64, and string;
-* codecs, in the order they were applied when writing: ``transpose`` (optional), then ``bytes``
-  (numbers, little or big endian) or ``vlen-utf8`` (strings), then any of ``blosc``, ``zstd`` and
-  ``crc32c`` (the last 4 bytes: the little-endian CRC-32C of the bytes before them).
-
-A store using anything else raises ``Unsupported`` when opened, and ``lookup.store.table`` reads it with
-zarr instead.  Decoding uses numcodecs (zarr's codec library) and google-crc32c, both dependencies
-of zarr, imported on the first decode.
-
-Integrity (``Snapshot``): one directory descriptor, held while the table is, the manifest read
-through it and the store's file set compared with the manifest; each file is opened through it
-when first read (not the arrays' own ``zarr.json``: the root's consolidated copy is read), read,
-hashed and closed, re-read once on a mismatch, and refused if it persists.  No descriptor is held
-per file (issue 43: 30,000 listed files held 30,000): a row read after another table was published
-over this one comes from the directory opened while it exists (a publish renames it aside), and is
-refused, never mixed, once it is deleted (open the path again for the new table).  Files are opened
-without following symbolic links (a link in the store is refused at open), and a listed path
-leaving the store (absolute, "..") is refused.
-
-Bounded reading (issue 37): what a file declares is checked against limits before anything is
-allocated or decoded, so a forged store is refused in milliseconds and a few MB: a one-dimensional
-array (an axis, the labels) holds at most ``MAX_AXIS`` values, a decoded chunk at most
-``MAX_CHUNK_BYTES``, a row along the first axis at most ``MAX_ROW_BYTES`` (as float64), a whole
-array read at once ``MAX_ARRAY_BYTES``, a file ``MAX_FILE_BYTES``, a metadata file (``zarr.json``)
-``MAX_METADATA_BYTES``, the manifest ``lookup.store.manifest.MAX_MANIFEST_BYTES`` and
-``MAX_LISTED_FILES`` lines, each size asked of the file before it is read; a compressed chunk must declare
-(blosc header, zstd frame content size) exactly the size its array's chunk shape gives, and a
-vlen-utf8 chunk exactly its number of items.  The default table is far inside every limit (rows of
-2.9 MB, a largest file of 0.5 MB, a largest zarr.json of 18 KB, 59 files).
+The part of the zarr v3 core format that ``tablegen/store.py``'s stores use (anything else raises
+``Unsupported``, and ``lookup.store.table`` reads it with zarr instead), through one directory
+descriptor (``Snapshot``), with every size a file declares bounded before anything is allocated
+or decoded.  docs/tables.md, "Reading a store without zarr".
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
-"""Trust by provenance (issue 37; the trust model: docs/trust.md).
-
-A reader answers from a table or device file only if it can say where it came from
-(``provenance``), and says it (``Table.provenance``):
-
-1. ``shipped``: its digest is one this package was released with (``PINNED``; a test keeps it
-   equal to ``data/``).  The pin is by digest, not by path: other content at a shipped path is a
-   foreign table like any other;
-2. ``built``: ``tablegen build`` or ``tablegen export`` on this machine recorded the digest of
-   what it wrote (``record_built``);
-3. ``signed``: an Ed25519 signature of its digest by a key the reader trusts (``--trusted-key``,
-   ``$SHUFFLE_EPS_TRUSTED_KEYS``).  Once any key is trusted, only shipped or signed artefacts
-   are answered from: unsigned, otherwise-signed, built or re-verified ones are refused;
-4. ``verified``: ``tablegen verify --full`` recomputed every slice here and found it equal
-   (``record_verified``).
-
-Anything else is refused with a message naming these four ways (``WAYS``), or opened only on
-explicit request (``open_table(path, verified=False)``, ``--unverified``) with
-``Table.certified`` False, which every answer from it carries as ``"certified": false``.
-
-Records (2 and 4) are files ``trusted/<digest>`` in the cache home (``$SHUFFLE_EPS_CACHE``,
-else ``$XDG_CACHE_HOME/shuffle-eps`` or ``~/.cache/shuffle-eps``), each authenticated by an
-HMAC-SHA256 (RFC 2104) with a per-user secret (``secret`` there, mode 0600, created on first
-use): a record planted or edited by whoever cannot read the secret is not believed.  The digest
-recorded and looked up is the one computed from the manifest listing read in the same pass as
-the files (``Table.digest``), never from a second read.
-
-Besides provenance, unpredictable checks on every open of a table that is not shipped, where
-the engine is installed (``spot_check``): cells drawn at random (``SPOT_MIN`` at least, more for
-``SPOT_SECONDS``; every cell of a small table), the stored eps certified by the engine
-(``tablegen.engine.certifies``) and the stored lower bound L refuted where the engine certifies
-an eps below it (exact <= L (1 - 1e-9) < L: L is no lower bound).  A failure refuses the table,
-names the cell and forgets its record; so does ``refute``, which every refinement calls (the
-service's, ``lookup.answer.api``'s for the CLI and Python API) when the engine proves a table value too
-low, or a table lower bound above its certified eps.  Calibration tables (``lookup.answer.calibration``)
-are trusted by provenance alone (``established``: no spot check).
-
-Signatures: ``tablegen build --sign-key KEY`` or ``tablegen sign TABLE --key KEY``
-(``lookup.store.signing``) writes the Ed25519 signature of the table's digest (``SIGNATURE.ed25519``
-beside a store's manifest, not listed in it; ``FILE.sig`` beside a device file), JSON with the
-raw public key, the signature of ``SIGNED`` + the digest's hex digits, and the digest.  Signing
-and checking need the ``cryptography`` package (``pip install "shuffle-eps[sign]"``), imported
-only there.
+"""Trust by provenance: a reader answers from a table or device file only where it can say where
+it came from (``provenance``: shipped, built here, signed by a trusted key, or fully verified here)
+and says it (``Table.provenance``); anything else is refused naming the four ways (``WAYS``), or
+opened on explicit request with ``Table.certified`` False.  Here too: the HMAC-authenticated
+records of ``built`` and ``verified`` in the cache home, the spot checks of every table that is not
+shipped (``spot_check``), and ``refute``, which every refinement calls when the engine proves a
+table value wrong.  The trust model, what each layer defends and what it does not: docs/trust.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 Each round's certified privacy profile (``tablegen.engine.delta_curve``, an upper bound on
 delta(eps) for both orders of the neighbouring pair) becomes a pessimistic connect-the-dots
 privacy-loss distribution (``profile.py``, ``pld.py``); Google's dp-accounting composes them
-(Doroshenko et al. 2022; Koskela et al. for PLD composition).  Every step is an upper bound, so the
+(arXiv:2207.04380; arXiv:1906.03049 for PLD composition).  Every step is an upper bound, so the
 composed eps is certified: never below the exact composed eps of the analysis.  Subsampled rounds
 (each user taking part with probability ``sample_rate``) use the decompositions of
 ``tablegen/mechanisms/subsample.py``.  Derivation and figures: docs/composition.md.

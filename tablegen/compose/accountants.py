@@ -14,8 +14,8 @@ a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.0003
 default of both accountants here (``DEFAULT_RELATION``).  Under ``ADD_OR_REMOVE_ONE`` (the
 default of dp-accounting's own accountants) a shuffled round is refused: removing a user changes n.
 
-What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (Doroshenko et al.,
-arXiv:2207.04380) through the convex hull of the engine's certified profile (profile.py), sampled
+What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (arXiv:2207.04380)
+through the convex hull of the engine's certified profile (profile.py), sampled
 at multiples of dp-accounting's lattice interval (no eps moved): in exact arithmetic its curve
 lies above the round's exact profile at every eps, in both orders of every neighbouring pair, so
 it dominates the round and dp-accounting's compositions of it dominate the composed rounds.

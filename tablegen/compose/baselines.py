@@ -7,9 +7,9 @@ certified eps (both certified, both loose), and for subsampled rounds the subsam
   are (sqrt(2 T ln(1/delta')) eps1 + T eps1 (e^eps1 - 1), T delta1 + delta')-DP.  We split the
   total delta in halves: delta' = delta/2 and delta1 = delta/(2T).
 * subsampling lemma (subsampled rounds, docs/composition.md; NOT certified by us): a round of
-  m = floor(q n) users is (eps1, delta1)-DP; Poisson subsampling (Balle, Barthe, Gaboardi 2018)
-  would make it (ln(1 + q (e^eps1 - 1)), q delta1)-DP; T such rounds composed optimally (Kairouz,
-  Oh, Viswanath 2015), with T q delta1 = delta/2.  The lemma is stated for add/remove neighbours
+  m = floor(q n) users is (eps1, delta1)-DP; Poisson subsampling (arXiv:1807.01647) would make
+  it (ln(1 + q (e^eps1 - 1)), q delta1)-DP; T such rounds composed optimally (arXiv:1311.0776),
+  with T q delta1 = delta/2.  The lemma is stated for add/remove neighbours
   and a mechanism private at every input size; here the relation is substitution and the number
   of participants is random, so the result is a labelled reference, not a certified bound.
 """

@@ -481,6 +481,13 @@ def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndar
 
     Each entry is an upper bound on the exact delta(eps) of the analysis; 0 at eps >= eps0 when
     the mechanism has no extra delta term.
+
+    Args:
+        mechanism, eps0, n, **params: as for ``eps_bounds``.
+        eps: the eps at which to evaluate, each >= 0.
+
+    Returns:
+        An array of certified deltas, one per eps.
     """
     q = Query(mechanism, eps0, n, params)
     values = np.asarray(eps, dtype=float)
@@ -499,6 +506,14 @@ def certifies(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float, de
 
     A True answer makes eps a certified value for delta (e.g. a smooth estimate from a table,
     checked here instead of searched); False proves nothing about the exact value.
+
+    Args:
+        mechanism, eps0, n, **params: as for ``eps_bounds``.
+        eps: the candidate eps, >= 0.
+        delta: in (0, 1).
+
+    Returns:
+        True where the certified delta at ``eps`` is at most ``delta``.
     """
     delta = validate.open_unit("delta", delta)
     far = FarEps0.of(mechanism, eps0, n, params)
@@ -519,6 +534,15 @@ def proves_above(mechanism: str | Mechanism, *, eps0: float, n: int, eps: float,
     a finer one proves thinner margins, the rounding term falling like 1/resolution^2).  The
     lower-bound mirror of ``certifies``: a True answer makes eps a lower bound on the exact eps;
     False proves nothing.
+
+    Args:
+        mechanism, eps0, n, **params: as for ``eps_bounds``.
+        eps: the candidate lower bound, >= 0.
+        delta: in (0, 1).
+        resolution: cells per standard deviation of the spectral lower path.
+
+    Returns:
+        True where the exact eps(delta) is proved above ``eps``.
     """
     far = FarEps0.of(mechanism, eps0, n, params)
     delta = validate.open_unit("delta", delta)
@@ -581,7 +605,14 @@ def eps_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float,
 
 def delta0_note(mechanism: str | Mechanism, *, eps0: float, n: int, delta: float, **params: Any) -> str | None:
     """The ``note`` of ``eps_bounds`` at these arguments, without its search (``Query.delta0_note``:
-    why eps0 is the answer where the n delta0 term uses up delta; None elsewhere)."""
+    why eps0 is the answer where the n delta0 term uses up delta; None elsewhere).
+
+    Args:
+        mechanism, eps0, n, delta, **params: as for ``eps_bounds``.
+
+    Returns:
+        The note, or None.
+    """
     if FarEps0.of(mechanism, eps0, n, params) is not None:
         return None
     return Query(mechanism, eps0, n, params).delta0_note(validate.open_unit("delta", delta))
@@ -595,7 +626,22 @@ def eps0_max(mechanism: str | Mechanism, *, eps: float, n: int, delta: float, rt
     above it the answer is eps itself (eps0 = eps is certified: an eps0-LDP randomizer is
     (eps0, 0)-DP after shuffling).  Not so for an (eps0, delta0)-LDP randomizer, whose extra
     n delta0 term (Theorem 3.8) stays at eps0 = eps: there eps0 = eps is evaluated like any
-    other, and no eps0 is answered where even it is not certified."""
+    other, and no eps0 is answered where even it is not certified.
+
+    Args:
+        mechanism: a registry name or a ``Mechanism``.
+        eps: the target shuffled eps, > 0.
+        n: the number of users.
+        delta: in (0, 1).
+        rtol: the search's relative width.
+        **params: the family's parameters (``k``, ``g``, ``delta0``, ...).
+
+    Returns:
+        The largest eps0 found whose certified eps at (n, delta) is at most ``eps``.
+
+    Raises:
+        ValueError: a parameter out of its range, or no eps0 certified.
+    """
     eps = validate.positive_finite("eps", eps)
     delta = validate.open_unit("delta", delta)
     first = Query(mechanism, min(eps, EPS0_CAP), n, params)  # validates mechanism, n and params up front

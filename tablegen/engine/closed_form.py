@@ -1,44 +1,11 @@
 """Closed-form bounds on delta = (1/n) E[(G_1 + ... + G_n)_+]: no lattice, no FFT, any n and eps0.
 
-They answer where the lattice paths are weak or end (``tablegen/limits.py``): the upper bounds
-(the smaller of Chernoff and Berry-Esseen, ``far_n_delta``) join the engine's from
-``limits.CLOSED_FORM_N`` users on and replace it above ``limits.N_MAX``; the few-users lower
-bound joins the engine's lower bounds everywhere and is what proves an answer of eps0 close above
-``limits.EPS0_MAX``.  All work on the unmerged components of a decomposition (component j w.p.
-c_j, G = g_j = u_j - e^eps v_j; the rest of the mass at G = 0), costing O(components) per
-evaluation.
-
-Upper (Chernoff).  y_+ <= e^(mu y) / (e mu) for every mu > 0 and y (the maximum of y e^(-mu y)
-is 1 / (e mu)), so
-
-    delta <= M(mu)^n / (e mu n),     M(mu) = E[e^(mu G)] = 1 + sum_j c_j expm1(mu g_j),
-
-for every mu > 0: minimising over mu (a grid, then golden sections) can only choose among valid
-bounds.  The expm1 / log1p form keeps log M accurate to its own size (not to 1): n log M is
-then exact to about n U |log M| + n U sum c |expm1|, negligible up to n = 1e18, where log M
-itself is ~1e-17.  Each g_j is pushed up by its rounding bound (G only grows, so E[(sum)_+] and
-its bound only grow), the sum and the logarithms by theirs.  Against the engine (Bahadur-Rao
-accuracy) it is about a factor z sqrt(2 pi) / e in delta (z the tail's distance in sd): measured
-6-17% above in eps at delta = 1e-8, 5-8% at 1e-12 and 0.25% at 1e-300 (n = 1e4..1e12, k-RR,
-the clone, Laplace, RAPPOR, HR; docs/engine.md, "Supported domain").
-
-Upper (Berry-Esseen), for spread sums where z ~ 1-3 and Chernoff's 1/(e mu) weight is loose
-(at n = 1e13, delta = 1e-8 it was 30% above the Gaussian value in eps):
-E[S_+] = int_0^X P(S > x) dx + E[(S - X)_+] for any X >= 0; the first part is at most
-int_0^X Phi_bar((x - n m)/(sigma sqrt n)) dx + X C rho / (sigma^3 sqrt n) (Berry-Esseen, C below),
-the second the Chernoff bound at threshold X (``normal_log_delta``).  Within 1e-5 of the Gaussian
-value in eps at n = 1e13, delta = 1e-8.
-
-Lower (few users off the heaviest component).  For a lower-bound pair (weights summing to one),
-with h the heaviest component, the events "all n users at h" and "exactly one user at j != h,
-the others at h" are disjoint, so
-
-    delta >= (1/n) [c_h^n (n g_h)_+ + n c_h^(n-1) sum_{j != h} c_j (g_j + (n-1) g_h)_+]
-
-(every other configuration contributes >= 0).  Close to the exact value where n (1 - c_h) is
-small: large eps0 (k-RR: 1 - c_h ~ k e^-eps0).  Every term is pushed down by its rounding bound.
-Non-increasing in eps (each g_j is), so the largest eps where it exceeds delta, found by
-bisection and returned as the evaluated lower end, is a lower bound on the exact eps(delta).
+Upper bounds: Chernoff (``y_+ <= e^(mu y) / (e mu)``) and Berry-Esseen (``far_n_delta`` takes the
+smaller), which join the engine's from ``limits.CLOSED_FORM_N`` users on and replace it above
+``limits.N_MAX``; a lower bound from the configurations with at most one user off the heaviest
+component, which joins every lower bound of the engine and proves answers of eps0 close above
+``limits.EPS0_MAX``.  O(components) per evaluation, every float operation pushed the safe way.
+The bounds and their measured tightness: docs/engine.md, "Supported domain".
 """
 
 from __future__ import annotations

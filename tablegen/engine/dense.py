@@ -1,39 +1,12 @@
 """Certified eps for a whole slice: every n of an axis and every delta of an axis at once.
 
-For one (mechanism, eps0) the table needs eps(n, delta) on a dense grid (e.g. 700 n x 25 delta).
-Every eps is taken from one geometric ladder e_j = eps0 * LADDER^-j shared by all n, so the
-per-eps work of the spectral path (rounding, tilting, bounds on |psi|, ``spectral.py``) is done
-once per ladder point and reused by every n that needs it.
-
-1. Rows are solved level by level (``LEVELS``): every 64th n of the axis first, by bisection
-   over the whole ladder, then every 8th, then all.  A row of a later level starts from a
-   one-step bracket predicted from the rows already solved (ladder position linear in log n
-   between them), checks both ends, pushes a wrong end out by a doubling stride (the failed
-   point becomes the other end) and bisects until delta_up(e_j) <= delta < delta_up(e_{j+1}):
-   about 2.6 evaluations per (n, delta) on a 100-per-decade axis.
-2. Every evaluation is the spectral path's certified upper bound (``spectral.py``); one it
-   declines goes to the FFT path for n <= ``FFT_N_MAX`` and counts as failing (inf) beyond.
-3. The answer is where the chord through the two evaluated upper points, in (alpha = e^eps,
-   delta), meets delta: the exact delta is convex in alpha, so the chord lies above it and the
-   answer is certified (docs/soundness.md); it is at most e_j, and within about 0.1% of the
-   curve for a 1% ladder.
-
-Mechanisms the spectral path does not cover (an extra delta term, laws with more than
-``SPECTRAL_COMPONENTS`` components, n = 1) are answered per n by ``eps_bounds``.
-
-``lower_slice`` runs the same level-by-level search on the certified LOWER bounds of
-``lower.py`` (every lower-bound pair, the largest taken) on the same ladder: each cell's proof
-is a ladder eps e_j whose lower delta exceeds delta (the exact eps is above it: delta is
-non-increasing), raised to the largest such among every point evaluated for its n
-(``_Ladder.first_proofs``), then carried past e_j by convexity (``_past_proofs``: the pairs'
-delta is convex in e^eps, so a line through the lower bound at e_j and an upper bound one
-ladder step below stays under it; docs/soundness.md); 0 where no ladder point
-down to the floor proves anything.  An evaluation the spectral lower path declines (few users
-off the heaviest atom, comb-like sums, a rounding bracket wider than ``lower.MAX_GAP``) proves
-nothing: the search steps over it, and where a bracket ends on one the ladder below is probed
-until an evaluated proof is found (``_Ladder.probe``), so such cells get smaller lower bounds,
-never wrong ones.  Declines are rare at the lower path's own resolution (30 cells per sd) and
-common at 10, where the rounding term is nine times larger.
+Every eps of one (mechanism, eps0) is taken from one geometric ladder e_j = eps0 * LADDER^-j shared
+by all n, so the spectral path's per-eps work is done once per ladder point.  Rows are solved level
+by level (``LEVELS``) from brackets predicted by the rows already solved; the answer is the chord
+through the two evaluated upper points in (e^eps, delta), certified because the exact delta is
+convex in e^eps.  ``lower_slice`` runs the same search on the lower bounds of ``lower.py``, each
+cell's proof carried past its ladder point by convexity.  Laws the spectral path does not cover
+are answered per n by ``eps_bounds``.  docs/engine.md, "Slices"; docs/soundness.md for the chords.
 """
 
 from __future__ import annotations

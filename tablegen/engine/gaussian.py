@@ -32,10 +32,11 @@ from tablegen.mechanisms import gaussian as law
 TAIL_SHARE = 1e-3  # the clip of plain plans leaves an excess E[Y] of at most this share of delta
 CLIP_STEP = 0.25  # clips are multiples of this (in log u)
 CLIP_MAX = 20.0  # no clip above this: the spectral path loses its tilt there (docs/soundness.md)
-ENGINE_CLIPS = (3.0, 5.0, 7.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
-SHIFTS = (0.02, 0.1, 0.3, 0.6, 0.85)
+ENGINE_CLIPS = (3.0, 6.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
+SHIFTS = (0.1, 0.5, 0.85)
+FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in the second round
 JUMPS = 40  # terms of the jump series before its remainder
-GRID = 12  # eps points of the first round of a search
+GRID = 8  # eps points of each round of a search
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
@@ -57,15 +58,17 @@ def plans(sigma: float, *deltas: float) -> list[tuple[float, float]]:
 
 def jump_series(sigma: float, clip: float, n: int, b: np.ndarray) -> np.ndarray:
     """Term B: sum_k P(J' = k) E[(Y - b/(k+1))_+] + P(J' >= K) E[Y], each probability bounded above
-    (C(N, k) p^k (1-p)^(N-k) <= (N p)^k / k! e^(-(N-k) p), P(J' >= K) <= (N p)^K / K!), N = n - 1."""
-    p, users = law.tail_mass(sigma, clip) / (1 - law.NORMAL_RTOL), n - 1  # the unpushed mass bounds P(Y > 0)
+    (C(N, k) p^k (1-p)^(N-k) <= (N p)^k / k! e^(-(N-k) p), P(J' >= K) <= (N p)^K / K!), N = n - 1,
+    with p rounded up in the powers and down in the exponential."""
+    p_low = law.tail_mass(sigma, clip)
+    p_high, users = p_low * (1 + 2 * law.NORMAL_RTOL) / (1 - law.NORMAL_RTOL), n - 1
     b = np.asarray(b, dtype=float)
-    if users == 0 or p == 0:
+    if users == 0 or p_high == 0:
         return law.excess(sigma, clip, b)
     k = np.arange(JUMPS)
-    log_np = math.log(users * p)
-    log_pmf = k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p
-    weight = np.exp(log_pmf) * (1 + 1e-12)
+    log_np = math.log(users * p_high)
+    value, error = law.exp_with_error(k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p_low)
+    weight = value * (1 + error)
     terms = law.excess(sigma, clip, b[..., None] / (k + 1)) * weight
     rest = math.exp(min(JUMPS * log_np - float(gammaln(JUMPS + 1)), 0.0)) * float(law.excess(sigma, clip))
     return terms.sum(axis=-1) + rest
@@ -166,7 +169,11 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     tried = plans(sigma, delta)
     a, da, b, db, plan = _bracket(sigma, n, delta, tried, 1e-6 * _single_user_eps(sigma, delta),
                                   _single_user_eps(sigma, delta))
-    if a > 0:  # a second round inside the bracket: the plan best near the answer
+    if a > 0:  # a second round inside the bracket: the best plan, and its clip at other shifts
+        plain = [p for p in tried if p[1] == 0]
+        if plan >= 0 and tried[plan][1] > 0:
+            plain += [tried[plan]] + [(tried[plan][0], s) for s in FINER_SHIFTS]
+        tried = plain
         a, da, b, db, plan = _bracket(sigma, n, delta, tried, a, b, (a, da))
     chosen = [tried[plan]] if plan >= 0 else []
 

@@ -1,43 +1,11 @@
 """Certified LOWER bounds on delta = (1/n) E[(G_1 + ... + G_n)_+] on the spectral path (no FFT).
 
-The upper bound of ``spectral.py`` rounds G onto a lattice (a mean-preserving spread) and sums
-psi^n Ghat over a few frequencies.  A lower bound needs every step the other way round; all
-quantities in lattice units, Y = S + c the unrounded sum with its threshold, Y' = S' + c rounded.
-
-1. Coordinates.  ``spectral`` pushes the lattice coordinates and c up by their floating-point
-   error; the true Y is at least Y_up - D with D = n dx + (c_up - c_true) (generous bounds from
-   the magnitudes involved), and E[(Y'_up - D)_+] >= E[Y'_up_+] - D P(Y'_up > 0), where
-   P(Y'_up > 0) = e^scale E_lambda[1{Y' > 0} e^(-lambda Y')] <= e^scale.
-2. Rounding.  Y' = Y + N with N = sum of n independent zero-mean terms of range one given G, and
-   E[Y'_+] - E[Y_+] = E[B], B = Y'_+ - Y_+ - N 1{Y > 0} >= 0 (E[N 1{Y > 0}] = 0).  Given G, B is
-   (-N - Y)_+ (Y > 0) or (N - |Y|)_+ (Y <= 0), so by Hoeffding (P(+-N >= u | G) <= e^(-2u^2/n))
-       E[B | G] <= int_|Y|^inf e^(-2u^2/n) du <= phi(Y) = sqrt(pi n / 8) e^(-2 Y^2 / n).
-   E[phi(Y)] is bounded through the characteristic function of the unrounded tilted law
-   (Parseval on R, phi e^(-lambda y) has a Gaussian transform):
-       E[phi(Y)] <= M_G(lambda)^n e^(lambda c) (n/8) e^(n lambda^2/8) int_R e^(-n t^2/8) |psi_G(t)|^n dt.
-   On the Taylor range of ``spectral`` (t^2 <= 2.4 v / (mu4 + 3 v^2)) |psi_G|^n <= e^(-0.4 n v t^2)
-   (v the tilted variance); beyond, on cells [t_a, t_b] up to e^(-n t^2/8) <= e^(-NOISE_LOG),
-       |psi_G(t)|^2 = 1 - sum_{a != b} w_a w_b (1 - cos(t d_ab))
-                   <= 1 - sum_{pairs a < b of the PAIR_ATOMS heaviest} 2 w_a w_b min_cell (1 - cos(t d_ab))
-   (every dropped pair's term is >= 0; the minimum of 1 - cos over an interval is 0 if it holds a
-   multiple of 2 pi, else at an end); |psi_G| <= 1 beyond (that tail is below e^-NOISE_LOG
-   times 1/sqrt(n): negligible beside the Taylor range's piece, itself second order).  Each
-   piece is an erfc difference.
-   When the sum is spread (the usual case) this is second order, ~ (pi/4) (lambda sd(N))^2 of
-   the main term; when S is comb-like (few atoms, small n) it is first order and the
-   evaluation is declined (below).
-3. Main term.  T of ``spectral`` is the expectation of the K-periodised weight,
-   E_lambda[sum_m g(Y' + mK)] >= E_lambda[g(Y')]: here the aliasing sum over m != 0 is
-   bounded and subtracted (Chernoff window of ``spectral``; outside it the whole periodised
-   weight, <= 1/(e lambda) + 1/(lambda^2 K)), and so are the floating-point and dropped-node
-   bounds; the final exponent carries minus the error bound of the scale.
-
-The result is step/n times e^scale (T - error - aliasing - D - E[B] bound), which never exceeds
-the exact value.  It is NaN (the caller uses the FFT path) where the spectral plan declines
-(more than spectral.MAX_NODES frequencies, eps = 0) or where it is more than MAX_GAP below the upper
-bound T + error of the same evaluation (then the FFT path is tighter).  Only half-split
-lattices (n P(G not at the heaviest atom) >= SPREAD_USERS) are used: with fewer such users S
-sits at a few values and the rounding noise is first order.
+The plan of ``spectral.py`` with every step the other way round: the aliasing, dropped-node and
+floating-point bounds subtracted from the main term, the rounding's excess (Hoeffding, through the
+characteristic function of the unrounded law) subtracted, the coordinates' float error taken off.
+NaN (the caller uses the FFT path) where the plan declines or the bound is more than ``MAX_GAP``
+below the upper bound of the same evaluation; only half-split lattices (``SPREAD_USERS``).  The
+proof: docs/engine.md, "Lower bounds on the spectral path".
 """
 
 from __future__ import annotations

@@ -65,7 +65,20 @@ def rdp_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, orders: Any =
                lower: bool = True, **params: Any) -> RenyiBounds:
     """Certified Rényi divergences of orders ``orders`` (default ``DEFAULT_ORDERS``) between the
     shuffled outputs on neighbouring datasets (both orders of every pair), for ``rounds`` rounds
-    (RDP adds up), each also capped by the pure-DP bound eps0; and the lower bound."""
+    (RDP adds up), each also capped by the pure-DP bound eps0; and the lower bound.
+
+    Args:
+        mechanism: a registry name or a ``Mechanism``.
+        eps0: the local randomizer's eps0.
+        n: the number of users.
+        orders: the Rényi orders, each in (1, ``ORDER_MAX``] (None: ``DEFAULT_ORDERS``).
+        rounds: the number of identical rounds composed, >= 1.
+        lower: also compute the lower bounds.
+        **params: the family's parameters.
+
+    Returns:
+        ``RenyiBounds`` with the orders, the certified divergences and the lower bounds.
+    """
     alphas = np.array(validate.finite_list_above("orders", DEFAULT_ORDERS if orders is None else orders, 1.0,
                                                  MAX_ORDERS))
     if alphas.max() > ORDER_MAX:

@@ -1,58 +1,11 @@
 """Certified upper bounds on E[(G_1 + ... + G_n)_+] for many (eps, n) at once, with no FFT per n.
 
-Same certified steps as ``fourier.py`` (docs/engine.md), evaluated by Parseval instead of an
-inverse FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities in lattice units.
-
-1. Randomized rounding of G onto offset + step Z (mean-preserving spread: E[S'_+] >= E[S_+]),
-   step <= sd(G)/resolution, refined where G tilted to mean 0 is much narrower than G
-   (``lattice.refine_step``).  When many users (n P(G not at the heaviest atom) >= 200) fall
-   outside the heaviest atom, the two heaviest atoms are placed at *half* cells so that their
-   mass splits over two neighbours: that is what makes |psi| decay away from 0 (step 4), at the
-   price of a rounding variance step^2/4 per user (second order, as S is spread; the step is
-   then 1.6 times finer, which costs no frequencies where |psi| decays).  With fewer,
-   S sits at a few values with high probability and that noise would cost first order, so the
-   heaviest atoms stay on the lattice (as in ``fourier.py``) and every node is summed.
-2. Exponential tilting at the saddlepoint lambda (law-only: it does not depend on n):
-   E[(S' + c)_+] = e^(n Lambda(lambda) + lambda c) E_lambda[g(S' + c)],  g(y) = y_+ e^(-lambda y),
-   c = n offset / step.
-3. Parseval with K nodes theta_k = 2 pi k / K (trapezoid rule on [-pi, pi]):
-       T = (1/K) sum_k psi(theta_k)^n Ghat(theta_k),   Ghat(theta) = sum_s g(s + c) e^(-i theta s)
-   equals sum_s P_lambda(S' = s) sum_m g(s + c + m K) >= E_lambda[g(S' + c)] (aliasing only adds:
-   safe for an upper bound).  Ghat has a closed form: with s0 the first s where s + c > 0,
-   a0 = s0 + c in (0, 1], z = e^(-lambda - i theta),
-       Ghat(theta) = e^(-lambda a0 - i theta s0) (a0 + (1 - a0) z) / (1 - z)^2.
-   K is sized by Chernoff bounds (at e^-ALIAS_LOG) so that aliasing is negligible (it is never
-   subtracted).
-4. Only the nodes where |psi|^n can matter are summed: those near 0, and windows around the
-   near-returns of |psi| (peaks at multiples of 2 pi / gap between atoms, which decide the cost
-   at n <= 1e5).  The rest is bounded by sup_{left out} |psi|^n (1/K) sum_k |Ghat_k|, with
-   (1/K) sum |Ghat| <= e^(-lambda a0) (a0 sqrt(C2) + C2), C2 = (1 + x) / ((1 - x)(1 - e^(-2 lambda))),
-   x = e^(-lambda K) (Parseval for 1/(1 - z)), and the sup from certified bounds on |psi|:
-   * Taylor: |psi|^2 = 1 - 2 sum_{a<b} w_a w_b (1 - cos theta d_ab) <= 1 - v theta^2 + theta^4
-     (mu4 + 3 v^2) / 12 (1 - cos y >= y^2/2 - y^4/24), so |psi|^2 <= 1 - 0.8 v theta^2 for
-     theta^2 <= 2.4 v / (mu4 + 3 v^2) (v, mu4: tilted variance and central fourth moment):
-     every node up to theta_g (n 0.4 v theta_g^2 = TAIL_LOG) is summed;
-   * on cells tiling [theta1, pi]: |psi| at the cell's middle plus its Lipschitz constant
-     sum_j w_j |x_j - centre| times half the width, cells refined where that decides whether
-     they are summed; and the split-atom bound |psi(theta)| <= B(theta) = sum_j |w_j0 + w_j1
-     e^(i theta)| (the two cells of each rounded atom grouped), non-increasing on [0, pi].
-     A cell with n log bound > -TAIL_LOG has its nodes summed (a window), the others are left
-     out with their bound.
-   Lattice points shared by several atoms (atoms closer than a cell, e.g. the Laplace law) are
-   merged first, so every sum runs over distinct points; psi itself is summed in pair form,
-   psi(theta) = sum_q e^(i theta y_q) (a_q + b_q e^(i theta)) over the atoms' lower cells y_q
-   (the two cells of a split atom share one phase): half the cosines and sines for k-RR.  Where
-   an evaluation sums most nodes of its period (the lattice-anchored laws; periods up to
-   SMALL_PERIOD sum all of them), psi at every node comes from one real FFT of the weights
-   folded mod K instead (``_Lattice.spectrum``; K is raised to a 2-3-5-smooth length).
-5. Floating point: every live term carries a relative error bound (the power n log psi, the
-   phases or the FFT, Ghat) that is added with a safety factor, and the final exp carries n
-   times the error bound of Lambda; coordinates and the shift c are pushed up by their error
-   bounds.
-
-The result is an upper bound on delta = step E[(S + c)_+] / n, or NaN when an evaluation needs
-more than ``MAX_NODES`` nodes (the caller then uses the FFT path).  Lower bounds are not
-computed here (their rounding correction is evaluated on the FFT window, ``fourier.py``).
+The certified steps of ``fourier.py`` (randomized rounding onto a lattice, tilting at the
+saddlepoint), evaluated by Parseval on the nodes where |psi|^n can matter instead of by an inverse
+FFT, vectorised over a batch of evaluations (eps_b, n_b); all quantities in lattice units.  The
+result bounds delta = step E[(S + c)_+] / n from above, or is NaN where an evaluation needs more
+than ``MAX_NODES`` nodes (the caller then uses the FFT path).  Lower bounds: ``lower.py``.  The
+steps and why each is safe: docs/engine.md, "The spectral path".
 """
 
 from __future__ import annotations

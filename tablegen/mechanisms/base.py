@@ -3,7 +3,7 @@
 ``upper(eps0, **params)`` returns the decompositions whose bounds certify the mechanism
 (the answer is the largest over the list, e.g. over input pairs of a finite randomizer);
 ``lower(eps0, **params)`` returns decompositions of concrete neighbouring pairs
-(Su-Cheng-Wang (arXiv:2504.07414) Theorem 5), each an exact divergence, so the largest is a lower bound.
+(arXiv:2504.07414 Theorem 5), each an exact divergence, so the largest is a lower bound.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Compositions of randomizers (Su-Cheng-Wang (arXiv:2504.07414) sections 6 and 7).
+"""Compositions of randomizers (arXiv:2504.07414 sections 6 and 7).
 
 * ``joint``: each user applies ``parts`` randomizers of the ``base`` mechanism to ``parts``
   attributes, each with eps0 / parts (total eps0-LDP); the decomposition is the Cartesian

@@ -1,5 +1,5 @@
 """Finite-domain versions of the frequency oracles: the exact randomizer matrix for a domain of
-``domain`` values, bounded by the ``finite`` machinery (Su-Cheng-Wang (arXiv:2504.07414) Theorems 4 and 5).
+``domain`` values, bounded by the ``finite`` machinery (arXiv:2504.07414 Theorems 4 and 5).
 
 Table 1 is valid for every domain size; for small domains the blanket of the actual matrix is
 larger (constant hash functions, the all-ones unary report, Hadamard columns), so the optimal

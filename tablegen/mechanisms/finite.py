@@ -1,6 +1,6 @@
 """Any finite randomizer given as a probability matrix R[x, y] (rows = inputs).
 
-Upper bound: the optimal (blanket) decomposition of Su-Cheng-Wang (arXiv:2504.07414) Theorem 4:
+Upper bound: the optimal (blanket) decomposition of arXiv:2504.07414 Theorem 4:
 c(y) = min_x R[x, y], u = R[x0, y]/c(y), v = R[x1, y]/c(y), for every ordered pair x0 != x1
 (the certified value is the largest over pairs; identical laws are evaluated once).
 Lower bound: Theorem 5 for every triple (x0, x1, x2), x2 may equal x0 or x1.

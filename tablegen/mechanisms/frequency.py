@@ -1,6 +1,6 @@
 """Frequency oracles: k-RR, BLH, OLH, RAPPOR, OUE, HR.
 
-Upper bounds: the domain-free optimal decompositions of Su-Cheng-Wang (arXiv:2504.07414) (Table 1 and
+Upper bounds: the domain-free optimal decompositions of arXiv:2504.07414 (Table 1 and
 Appendix B, Table 2): with beta = e^eps0,
 
     R(x0) = beta p Q0 + p Q1 + beta q Q2 + r Q3,   R(x1) = p Q0 + beta p Q1 + beta q Q2 + r Q3,
@@ -13,7 +13,7 @@ Finite domain (optional ``domain`` parameter): the exact matrix of the randomize
 values (``domain.py``; hashing uses the family of all functions [d] -> [g]) bounded by the
 ``finite`` machinery, which is tighter than Table 1 for small domains.
 
-Lower bounds: Su-Cheng-Wang (arXiv:2504.07414) Theorem 5 for X0 = (x0, x2, ..., x2), X1 = (x1, x2, ...,
+Lower bounds: arXiv:2504.07414 Theorem 5 for X0 = (x0, x2, ..., x2), X1 = (x1, x2, ...,
 x2): G = (R(x0)(y) - alpha R(x1)(y)) / R(x2)(y), y ~ R(x2).  Hash-based randomizers use a
 3-wise independent hash, RAPPOR/OUE the three coordinates x0, x1, x2 (the others cancel).
 """
@@ -157,7 +157,7 @@ def oue_lower(eps0: float) -> list[Decomposition]:
 
 
 def default_buckets(eps0: float) -> int:
-    """The usual OLH choice g = round(e^eps0) + 1 (Wang et al. 2017)."""
+    """The usual OLH choice g = round(e^eps0) + 1 (arXiv:1705.04421)."""
     return int(round(math.exp(eps0))) + 1
 
 

@@ -1,4 +1,4 @@
-"""Every eps0-LDP randomizer: the standard clone (Feldman-McMillan-Talwar (arXiv:2012.12803), Theorem 3.2).
+"""Every eps0-LDP randomizer: the standard clone (arXiv:2012.12803 Theorem 3.2).
 
 With beta = e^eps0 the clone decomposition is R(x0) = beta/(beta+1) Q0 + 1/(beta+1) Q1 and
 R(x) = 1/(2 beta) Q0 + 1/(2 beta) Q1 + (1 - 1/beta) LO(x), so G has the three atoms
@@ -11,7 +11,7 @@ the same clone pair up to total variation n (1 + e^(-eps0/2)) delta0 per dataset
 (e^eps + 1)(1 + e^(-eps0/2)) n delta0 to delta (Lemma C.1).
 
 Lower bound: binary and ternary randomized response are eps0-LDP randomizers, so the exact
-divergence of their worst pairs (Theorem 5 of Su-Cheng-Wang (arXiv:2504.07414)) lower-bounds the worst
+divergence of their worst pairs (Theorem 5 of arXiv:2504.07414) lower-bounds the worst
 case over all randomizers; the larger of the two is reported.
 
 ``generic-closed-form`` is Theorem 3.1's closed form (Equation (1)), a labelled reference.

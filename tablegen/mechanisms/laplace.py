@@ -1,4 +1,4 @@
-"""Laplace mechanism on [0, 1]: R(x) = x + Lap(1/eps0) (Su-Cheng-Wang (arXiv:2504.07414), Appendix C).
+"""Laplace mechanism on [0, 1]: R(x) = x + Lap(1/eps0) (arXiv:2504.07414 Appendix C).
 
 Blanket (upper bound), pair x0 = 0, x1 = 1, c(y) = min_x R(x)(y) = (eps0/2) e^(-eps0 max(|y|, |y-1|)):
 
@@ -10,16 +10,16 @@ Blanket (upper bound), pair x0 = 0, x1 = 1, c(y) = min_x R(x)(y) = (eps0/2) e^(-
 and G = 0 with the remaining mass 1 - e^(-eps0/2); its CDF is the paper's (Appendix C).
 Lower bound (Theorem 5 with x2 = 1/2, y ~ R(1/2)): u = R(0)(y)/R(1/2)(y), v = R(1)(y)/R(1/2)(y).
 
-Discretisation of the continuous parts into cells of y per half (engine version 3): the union
+Discretisation of the continuous parts into cells of y per half: the union
 of ``S_CELLS`` cells equal in s = e^(-eps0 t) and ``T_CELLS`` cells equal in t (t = y on the left
 half, 1 - y on the right).  The likelihood ratio u = e^(eps0 (1 - 2t)) = beta s^2 while the mass
 per unit s is proportional to 1/s^2, so equal steps of s give every cell the same spread
 (mass x width^2 in u); the cells equal in t keep the heavy end near t = 1/2 fine.  Upper bound:
-32 + 24 edges (about 49 cells: an edge in s near one in t is dropped; 96 equal in t
-before): eps within +0.0030% (median), +0.057% (max) and -0.004% (min) of the 96 cells over
+32 + 24 edges (about 49 cells: an edge in s near one in t is dropped): eps within +0.0030%
+(median), +0.057% (max) and -0.004% (min) of 96 cells equal in t over
 70 queries (eps0 0.1-8, n 1e2-1e8, delta 1e-6 and 1e-10; docs/mechanisms.md); 48 cells equal
-in s alone lost up to 0.9% (eps0 = 8, n = 1e3, eps near eps0).  Lower bound: the 96 cells
-equal in t of engine version 2 (adding the cells in s would refine them, but 244 components
+in s alone lost up to 0.9% (eps0 = 8, n = 1e3, eps near eps0).  Lower bound: 96 cells
+equal in t (adding the cells in s would refine them, but 244 components
 instead of 194 would lower the largest joint Laplace product built live from 6 parts to 5:
 limits.JOINT_WORK_MAX).  Any
 partition certifies:

@@ -5,7 +5,7 @@ The messages of the participants, shuffled, are in bijection (n being public) wi
 n reports of R_q = (1 - q) bot + q R, bot = "no message": the number of bots is n minus the number
 of messages.  So bounds on the shuffle of R_q are bounds on the real round, and lower-bound pairs
 of R_q are exact divergences of real dataset pairs.  R_q is the parallel composition
-(Su-Cheng-Wang (arXiv:2504.07414) section 7) of R, chosen with probability q, and the silent
+(arXiv:2504.07414 section 7) of R, chosen with probability q, and the silent
 randomizer, whose only output bot is common to every input (u = v = c = 1).  Hence every
 decomposition of R (components (u_j, v_j, c_j), Theorem 4; or a Theorem 5 pair) gives one of R_q:
 
@@ -17,7 +17,7 @@ and the rest mass becomes q * rest.  At n = 1 this gives q * delta(eps), the exa
 R_q is eps0-LDP, not ln(1 + q (e^eps0 - 1))-LDP (an output y != bot has the likelihood ratio of
 R): the standard clone at that smaller eps0 is not a bound for this neighbouring relation.
 
-An (eps0, delta0)-LDP randomizer: Theorem 3.8 of Feldman-McMillan-Talwar (arXiv:2012.12803)
+An (eps0, delta0)-LDP randomizer: Theorem 3.8 of arXiv:2012.12803
 replaces R by an eps0-LDP L with TV(R(x), L(x)) <= (1 + e^(-eps0/2)) delta0; then
 TV(R_q(x), L_q(x)) = q TV(R(x), L(x)), so the extra delta term is multiplied by q.
 """

@@ -1,4 +1,4 @@
-"""Exact, certified accounting of the two protocols of Balcer-Cheu, arXiv:1911.06879,, section 3.
+"""Exact, certified accounting of the two protocols of arXiv:1911.06879, section 3.
 
 What the analyzer sees (proof of Theorem 3.1 i): for the binary sum, the number of messages
 S + N with N ~ Bin(n, p); neighbouring inputs move S by one.  For the histogram, every bin j

@@ -1,4 +1,4 @@
-"""The protocols of Balcer-Cheu, arXiv:1911.06879, section 3 as code: randomizer, shuffler, analyzer.
+"""The protocols of arXiv:1911.06879, section 3 as code: randomizer, shuffler, analyzer.
 
 Binary sum (Figure 1): user i with x_i in {0, 1} draws z_i ~ Ber(p) and sends x_i + z_i
 messages "1"; the shuffler permutes all messages; the analyzer counts them, c* = |y| / n, and

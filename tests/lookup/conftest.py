@@ -1,5 +1,6 @@
 """A small table built once per test session (krr k=3 and generic, small n, so exact sums and
-live answers are cheap), and the independent reference of tests/tablegen on the path."""
+live answers are cheap), and the independent reference of tests/tablegen and the bombs of trust/
+on the path of the tests in every room."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tablegen"))
+sys.path.insert(0, str(Path(__file__).parent / "trust"))  # test_lookup_bombs, whose files device/ measures too
+sys.path.insert(0, str(Path(__file__).parent / "service"))  # test_lookup_serve, whose helpers answer/ uses too
 
 SPEC = """
 title = "lookup test table"

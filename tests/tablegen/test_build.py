@@ -21,9 +21,9 @@ import xarray as xr
 from dask_processes import dask_cluster
 from shuffle_reference import exact_delta, krr_lower_laws, krr_upper_law
 
-from tablegen import ENGINE_VERSION, store
-from tablegen import build as builder
-from tablegen.build import _latin, _strata, build, compute_slice, dry_run, task
+from tablegen import ENGINE_VERSION, dryrun, store
+from tablegen.build import build, compute_slice, task
+from tablegen.dryrun import _latin, _strata, dry_run
 from tablegen.engine.dense import eps_slice, lower_slice
 from tablegen.spec import Spec, load_spec
 from tablegen.verify import verify
@@ -320,7 +320,7 @@ def test_dry_run_counts_a_slice_stopped_at_its_budget_at_its_time_so_far(spec_pa
         yield picks[0], 0.1, compute_slice(task(spec, *picks[0]))
         yield picks[1], budget, None
 
-    monkeypatch.setattr(builder, "_time_in_pool", timings)
+    monkeypatch.setattr(dryrun, "_time_in_pool", timings)
     lines: list[str] = []
     figures = dry_run(load_spec(spec_path), None, sample=2, cores=1, log=lines.append, budget=0.3, processes=1)
     assert figures["censored_slices"] == 1 and figures["slowest_censored"] and figures["seconds_max"] == 0.3

@@ -25,6 +25,7 @@ from distributed import Client, LocalCluster
 
 from tablegen import ENGINE_VERSION, store
 from tablegen import build as builder
+from tablegen import cluster as connection
 from tablegen.spec import load_spec
 
 SPEC = """
@@ -245,9 +246,9 @@ class _Scheduler:
 
 
 def test_a_stalled_build_says_which_workers_are_paused() -> None:
-    line = builder._stalled(_Scheduler(["running", "paused", "paused"]), 5)
+    line = connection._stalled(_Scheduler(["running", "paused", "paused"]), 5)
     assert "5 slices submitted, 3 workers, 2 paused by dask for memory (tcp://10.0.0.1:1, tcp://10.0.0.2:1)" in line
-    assert "no worker is connected" in builder._stalled(_Scheduler([]), 5)
+    assert "no worker is connected" in connection._stalled(_Scheduler([]), 5)
 
 
 def test_a_stopped_build_leaves_no_slice_computing_on_the_workers(spec_path: Path, tmp_path: Path) -> None:

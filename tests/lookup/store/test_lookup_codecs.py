@@ -12,7 +12,7 @@ import pytest
 
 from lookup.store import codecs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHILD = """
 import sys
 import numpy as np

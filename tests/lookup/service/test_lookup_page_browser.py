@@ -621,7 +621,7 @@ def test_the_page_opens_on_a_common_question(browser: Any, base: str) -> None:
     assert state(browser) == "empty" and browser.find_element(By.ID, "answer").get_attribute("hidden") is not None
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "data" / "default.zarr"
+SHIPPED = Path(__file__).resolve().parents[3] / "data" / "default.zarr"
 
 
 @pytest.mark.skipif(not SHIPPED.exists(), reason="the shipped default table is not in this checkout")
@@ -670,7 +670,7 @@ def test_registry_lists_each_mechanisms_parameters(monkeypatch: pytest.MonkeyPat
 
 def test_the_page_files_ship_in_the_distributions() -> None:
     """Every file of lookup/service/static is named by an ``include`` of MANIFEST.in (the sdist and wheel)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     included = {path for line in (root / "MANIFEST.in").read_text().splitlines() if line.startswith("include ")
                 for pattern in line.split()[1:] for path in root.glob(pattern)}
     static = set((root / "lookup" / "service" / "static").iterdir())

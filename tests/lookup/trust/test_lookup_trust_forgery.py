@@ -30,7 +30,7 @@ from tablegen import store
 from tablegen.cli import main as tablegen_main
 from tablegen.verify import verify
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "data" / "default.zarr"
 KRR = ("krr", {"k": 2})  # row 1 of the shipped table
 

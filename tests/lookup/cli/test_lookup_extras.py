@@ -13,7 +13,7 @@ from lookup.cli.commands import main as lookup_main
 from lookup.cli.extras import missing_dependency
 from tablegen.cli import main as tablegen_main
 
-SMOKE = Path(__file__).resolve().parents[2] / "workflows" / "smoke.toml"
+SMOKE = Path(__file__).resolve().parents[3] / "workflows" / "smoke.toml"
 
 
 @pytest.mark.parametrize(("main", "args", "module", "extra"), [

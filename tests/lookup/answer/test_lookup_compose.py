@@ -2,7 +2,7 @@
 
 The table here holds the exact eps of binary randomized response at n = 1 (closed form:
 delta(eps) = (e^eps0 - e^eps)/(e^eps0 + 1)), so the composed answer from it must be >= the exact
-binomial composition (computed independently in tests/tablegen/test_compose.py's way).
+binomial composition (computed independently in tests/tablegen/compose/test_compose.py's way).
 """
 
 from __future__ import annotations

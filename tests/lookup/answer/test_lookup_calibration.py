@@ -48,7 +48,7 @@ def test_off_grid_and_errors(calibration_path: Path) -> None:
     assert np.isfinite(lookup.calibrate("binary-sum", eps=1.0, n=10**5, delta=1e-6, table=calibration_path).value)
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _forged_copy(out: Path) -> Path:

@@ -33,7 +33,7 @@ from lookup.trust import origin as trust
 from tablegen.export import export_device
 from tablegen.store import round_float32
 
-C_DIR = Path(__file__).resolve().parents[2] / "lookup" / "device" / "c"
+C_DIR = Path(__file__).resolve().parents[3] / "lookup" / "device" / "c"
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"]
 
 # status codes of lookup/device/c/shuffle_eps_device.h (the exit codes of shuffle_eps_query)
@@ -517,7 +517,7 @@ def test_the_c_reader_checks_ed25519_signatures_with_libsodium(build_dir: Path, 
 
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "data" / "default.zarr"
+SHIPPED = Path(__file__).resolve().parents[3] / "data" / "default.zarr"
 POINT = (1.0, 1e4, 1e-6)  # on the shipped grid: the files store the table's values there, rounded up to float32
 
 

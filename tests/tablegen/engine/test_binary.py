@@ -177,7 +177,7 @@ def test_delta_bounds_bracket_the_exact_worst_case(n: int, beta: int, g: Fractio
 def test_the_side_by_side_quoted_in_the_docs_is_current() -> None:
     """docs/mechanisms.md's k = 2 table (n up to 1e5): ours and our lower bound as eps_bounds gives them now
     (6 digits quoted), the blanket column as the engine gives it without the exact path."""
-    page = (Path(__file__).resolve().parents[2] / "docs" / "mechanisms.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "mechanisms.md").read_text()
     cell, ratio = r"([\d.]+)", r"([\d.]+) \(\S+\)"
     rows = re.findall(rf"^\| (\d) \| (1e[45]) \| {cell} \| {ratio} \| {ratio} \| {cell} \|$", page, re.M)
     assert len(rows) == 6

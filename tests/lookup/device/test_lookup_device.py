@@ -51,7 +51,7 @@ def test_device_answers_are_the_table_rounded_up(table_path: Path, tmp_path: Pat
 def test_standard_library_reader_without_numpy(table_path: Path, tmp_path: Path) -> None:
     device = tmp_path / "krr.dev"
     export_device(device, "krr", {"k": 3}, str(table_path))
-    source = Path(__file__).parents[2] / "lookup" / "device" / "files.py"
+    source = Path(__file__).parents[3] / "lookup" / "device" / "files.py"
     code = (
         "import sys, importlib.util; sys.modules['numpy'] = None\n"
         f"spec = importlib.util.spec_from_file_location('device', {str(source)!r})\n"

@@ -196,7 +196,7 @@ def test_without_dp_accounting_the_message_names_the_extra(monkeypatch: pytest.M
 
 
 def test_worked_example_runs_and_its_budget_is_consistent() -> None:
-    script = Path(__file__).resolve().parents[2] / "examples" / "shuffle_and_dpsgd.py"
+    script = Path(__file__).resolve().parents[3] / "examples" / "shuffle_and_dpsgd.py"
     out = subprocess.run([sys.executable, str(script), "--days", "5", "--steps", "20", "--n", "1000", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -347,7 +347,7 @@ def test_proves_above_only_what_the_exact_lower_pairs_confirm(k):
     """proves_above(eps, delta) claims the exact eps(delta) > eps, i.e. some lower-bound pair's
     exact delta at eps exceeds delta (enumeration): never at a delta just above the largest of
     them, and (spectral lower path, n = 1000) at 90% of it.  (k = 2 proves more, from every dataset
-    of the exact path: tests/tablegen/test_binary.py.)"""
+    of the exact path: tests/tablegen/engine/test_binary.py.)"""
     eps0, n = 1.0, 1000
     for eps in eps0 * np.array([0.02, 0.05, 0.1]):
         exact = max(exact_delta(*law, n) for law in krr_lower_laws(eps0, eps, k))

@@ -21,7 +21,7 @@ from lookup.trust import origin as trust
 from tablegen import store
 from tablegen.cli import main as tablegen_main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def damaged(source: Path, out: Path, edit: Callable[[xr.Dataset], xr.Dataset]) -> Path:
