@@ -1,26 +1,22 @@
-"""The shuffled Gaussian on bits (``gaussian``, lookup/answer/gaussian.py) through lookup: the Python API,
-the ``lookup`` CLI and ``lookup serve`` answer it live, with the engine's values
-(``tablegen.engine.gaussian`` called directly), certified properties of those values (lower <= value,
-eps decreasing in n, at n = 1 the Gaussian mechanism's own delta, computed here with math.erfc), and
-every refusal by name.  The service is a real one on 127.0.0.1 (conftest's ``start_server``)."""
+"""The shuffled Gaussian on bits (``gaussian``, lookup/answer/gaussian.py) through the Python API:
+answered live with the engine's values (``tablegen.engine.gaussian`` called directly), certified
+properties of those values (lower <= value, eps decreasing in n, at n = 1 the Gaussian mechanism's
+own delta, computed here with math.erfc), the disk cache, and every refusal by name."""
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.request
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import lookup
 from lookup.answer import gaussian
 from lookup.answer import live as live_engine
-from lookup.cli.commands import main
 from lookup.store.table import TableError
 from tablegen.engine import gaussian as engine
 
@@ -157,113 +153,9 @@ def test_other_refusals() -> None:
         lookup.eps("gaussian", n=10, delta=1e-6, sigma=1.0, live=False)
 
 
-# ---------------------------------------------------------------- the CLI
-
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args))
-
-
-def test_cli_eps_and_delta_are_the_apis() -> None:
-    result = cli("eps", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e5", "--delta", "1e-6", "--json")
-    b = engine.eps_bounds(1.0, 10**5, 1e-6)
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"eps": b.upper, "eps_lower": b.lower, "certified": True, "source": "live",
-                                         "corner": {}, "slack": 0.0, "edge": False}
-    result = cli("delta", "--mechanism", "gaussian", "--sigma", "0.5", "--inputs", "bits", "--n", "1000", "--eps",
-                 "2", "--json")
-    b = engine.delta_bounds(0.5, 1000, 2.0)
-    assert result.exit_code == 0, result.output
-    assert (json.loads(result.stdout)["delta"], json.loads(result.stdout)["delta_lower"]) == (b.upper, b.lower)
-    text = cli("eps", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e5", "--delta", "1e-6")
-    eps = engine.eps_bounds(1.0, 10**5, 1e-6).upper
-    assert text.exit_code == 0 and f"eps: {eps!r}" in text.stdout and "source: live" in text.stdout
-
-
-@pytest.mark.parametrize(("args", "status", "message"), [
-    (["--sigma", "1", "--inputs", "unit"], 2, "inputs=unit is not certified yet"),
-    (["--sigma", "1", "--inputs", "reals"], 2, "'reals' is not one of"),
-    ([], 2, "needs sigma"),
-    (["--sigma", "0.1"], 2, "sigma must be in [0.2, 50]"),
-    (["--sigma", "x"], 2, "sigma must be a number"),
-    (["--sigma", "\u0661"], 2, "ASCII digits"),
-    (["--sigma", "1", "--eps0", "1"], 2, "takes no eps0"),
-    (["--sigma", "1", "--k", "3"], 2, "takes no k"),
-    (["--sigma", "1", "--rounds", "3"], 2, "rounds is not supported for mechanism 'gaussian' yet"),
-    (["--sigma", "1", "--no-live"], 3, "answered live only"),
-])
-def test_cli_refusals(args: list[str], status: int, message: str) -> None:
-    result = cli("eps", "--mechanism", "gaussian", "--n", "1000", "--delta", "1e-6", *args)
-    assert result.exit_code == status and message in result.output, result.output
-
-
-def test_cli_other_mechanisms_still_need_eps0_and_refuse_sigma() -> None:
-    result = cli("eps", "--mechanism", "krr", "--k", "3", "--n", "1000", "--delta", "1e-6")
-    assert result.exit_code == 2 and "mechanism 'krr' needs eps0" in result.output
-    result = cli("delta", "--mechanism", "krr", "--k", "3", "--eps0", "1", "--n", "1000", "--eps", "0.1", "--sigma",
-                 "1")
-    assert result.exit_code == 2 and "sigma is a parameter of mechanism 'gaussian'" in result.output
-    result = cli("eps0-max", "--mechanism", "gaussian", "--n", "1000", "--eps", "0.5", "--delta", "1e-6")
-    assert result.exit_code == 2 and "eps0_max is not answered" in result.output
-
-
-# ---------------------------------------------------------------- the service (127.0.0.1)
-
-@pytest.fixture(scope="module")
-def base(start_server: Any) -> str:
-    return start_server("--live-workers", "1").base
-
-
-def get(url: str) -> tuple[int, Any]:
-    """(status, JSON body) of GET ``url`` (bounded in time)."""
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
-def test_service_answers_are_the_engines_and_the_clis(base: str) -> None:
-    status, body = get(f"{base}/v1/eps?mechanism=gaussian&sigma=1&n=100000&delta=1e-6")
-    b = engine.eps_bounds(1.0, 10**5, 1e-6)
-    assert status == 200 and (body["eps"], body["eps_lower"], body["source"]) == (b.upper, b.lower, "live")
-    assert body["asked"] == {"mechanism": "gaussian", "sigma": 1.0, "n": 1e5, "delta": 1e-6}
-    assert {k: v for k, v in body.items() if k != "asked"} == json.loads(
-        cli("eps", "--mechanism", "gaussian", "--sigma", "1", "--n", "100000", "--delta", "1e-6", "--json").stdout)
-    status, body = get(f"{base}/v1/delta?mechanism=GAUSSIAN&sigma=0.5&n=1000&eps=2&inputs=bits")
-    b = engine.delta_bounds(0.5, 1000, 2.0)
-    assert status == 200 and (body["delta"], body["delta_lower"], body["slack"]) == (b.upper, b.lower, 0.0)
-    assert body["asked"]["inputs"] == "bits"
-    status, body = get(f"{base}/v1/delta?mechanism=gaussian&sigma=1&n=1&eps=0.5")
-    assert status == 200 and body["delta"] >= gaussian_mechanism_delta(1.0, 0.5) * (1 - 1e-12)
-
-
-@pytest.mark.parametrize(("query", "message"), [
-    ("/v1/eps?mechanism=gaussian&sigma=0.1&n=1000&delta=1e-6", "sigma must be in [0.2, 50]"),
-    ("/v1/eps?mechanism=gaussian&sigma=nan&n=1000&delta=1e-6", "sigma must be finite"),
-    ("/v1/eps?mechanism=gaussian&sigma=abc&n=1000&delta=1e-6", "sigma must be a number"),
-    ("/v1/eps?mechanism=gaussian&sigma=1e-%E0%A7%AA&n=1000&delta=1e-6", "ASCII digits"),
-    ("/v1/eps?mechanism=gaussian&n=1000&delta=1e-6", "missing parameter 'sigma'"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&inputs=unit", "inputs=unit is not certified yet"),
-    ("/v1/delta?mechanism=gaussian&sigma=1&n=1000&eps=1&inputs=reals", "inputs must be one of bits, unit"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&eps0=1&n=1000&delta=1e-6", "takes no eps0"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&rounds=3", "rounds is not supported"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&k=3", "takes no k"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=2.5&delta=1e-6", "n must be an integer"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&live=false", "answered live only"),
-    ("/v1/eps0-max?mechanism=gaussian&sigma=1&n=1000&eps=0.5&delta=1e-6", "eps0_max is not answered"),
-    ("/v1/eps?mechanism=krr&k=3&eps0=1&n=50&delta=1e-6&sigma=1", "unknown parameter 'sigma'"),
-])
-def test_service_refusals_are_400s_naming_the_parameter(base: str, query: str, message: str) -> None:
-    status, body = get(base + query)
-    assert status == 400 and message in body["error"], body
-
-
 def test_no_engine_import_at_load() -> None:
     """lookup.answer.gaussian imports the engine only when it computes (tests/test_architecture.py
     checks lookup as a whole; this one the new module alone, in a fresh interpreter)."""
-    import subprocess
-    import sys
-
     code = ("import sys, lookup.answer.gaussian; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tablegen'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
