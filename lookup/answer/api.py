@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from lookup.answer import gaussian, refine, rules
 from lookup.answer import live as live_engine
-from lookup.answer import refine, rules
 from lookup.device.files import chord, locate
 from lookup.format import EPS0_MIN, EPS0_MIN_TEXT, N_LIMIT
 from lookup.store.table import Table, TableError, open_table
@@ -65,7 +65,7 @@ def mechanism_name(name: Any) -> Any:
     return name.lower() if isinstance(name, str) else name
 
 
-def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, live: bool = True,
+def eps(mechanism: str, *, eps0: Any = None, n: Any, delta: Any, table: Any = None, live: bool = True,
         max_slack: float | None = MAX_SLACK, rounds: Any = None, sample_rate: Any = None, quick: bool = False,
         **params: Any) -> Answer:
     """Certified eps of n users of ``mechanism`` at eps0 for ``delta`` (arrays broadcast); with
@@ -77,8 +77,9 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
     none) instead of one the engine proves near it (``refine.eps``, ``refine.lower_eps``).
 
     Args:
-        mechanism: a family of the engine's registry (``krr``, ``generic``, ``laplace``, ...).
-        eps0: the local randomizer's eps0 (scalar or array).
+        mechanism: a family of the engine's registry (``krr``, ``generic``, ``laplace``, ...), or
+            ``gaussian`` (``sigma``, ``inputs``: no eps0, answered live, ``lookup/answer/gaussian.py``).
+        eps0: the local randomizer's eps0 (scalar or array; required but for gaussian).
         n: the number of users, an integer >= 1 (scalar or array).
         delta: in (0, 1) (scalar or array).
         table: a ``Table`` (``open_table``), a path, or None for the shipped table.
@@ -87,13 +88,17 @@ def eps(mechanism: str, *, eps0: Any, n: Any, delta: Any, table: Any = None, liv
         rounds: T identical rounds composed (None: one round).
         sample_rate: each user's probability of taking part in a round (with ``rounds``).
         quick: the service's first refinement (see above).
-        **params: the family's parameters (``k`` for k-RR, ``g`` for OLH, ...).
+        **params: the family's parameters (``k`` for k-RR, ``g`` for OLH, ``sigma`` for gaussian, ...).
 
     Returns:
         An ``Answer``: ``value`` (certified eps, never below the exact value of the analysis),
         ``lower`` (a lower bound, NaN where none), ``source``, ``slack`` and the grid corner used.
     """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
+    if mechanism == gaussian.NAME:
+        return _gaussian("eps", live, params, {"eps0": eps0, "rounds": rounds, "sample_rate": sample_rate}, n=n,
+                         delta=delta)
+    _eps0_given(mechanism, params, eps0)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
     if rounds is not None:
@@ -219,7 +224,7 @@ def _composed(mechanism: str, params: dict[str, Any], table: Any, live: bool, pr
                   a["source"] != "table" or q.table.certified)
 
 
-def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, live: bool = True,
+def delta(mechanism: str, *, eps0: Any = None, n: Any, eps: Any, table: Any = None, live: bool = True,
           max_slack: float | None = MAX_SLACK, **params: Any) -> Answer:
     """Certified delta at ``eps`` (arrays broadcast); refined by one engine evaluation (with its
     lower bound, published where larger than the table's) where the table's slack estimate exceeds
@@ -233,6 +238,9 @@ def delta(mechanism: str, *, eps0: Any, n: Any, eps: Any, table: Any = None, liv
         An ``Answer`` whose ``value`` is the certified delta and ``lower`` its lower bound.
     """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
+    if mechanism == gaussian.NAME:
+        return _gaussian("delta", live, params, {"eps0": eps0}, n=n, eps=eps)
+    _eps0_given(mechanism, params, eps0)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps0=eps0, n=n, eps=eps)
     c, (value, lower, slack, outside, edge) = _from_table(q, rules.delta_at, "eps")
@@ -279,6 +287,9 @@ def eps0_max(mechanism: str, *, eps: Any, n: Any, delta: Any, table: Any = None,
         An ``Answer`` whose ``value`` is an eps0 at which eps is certified (the local budget).
     """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
+    if mechanism == gaussian.NAME:
+        gaussian.checked("eps0_max", params, {})  # refused: no eps0
+    gaussian.foreign(mechanism, params)
     _eps_only(mechanism)
     q = _Queries(mechanism, params, table, eps=eps, n=n, delta=delta)
     value, slack, outside, edge = q.nan(), q.nan(), np.ones(q.size, bool), np.zeros(q.size, bool)
@@ -341,6 +352,48 @@ def _scalar_eps(table: Table, mechanism: str, params: dict[str, Any], eps0: floa
     return Answer(value, lower, "table", grid, slack, cell.edge, table.certified)
 
 
+def _eps0_given(mechanism: str, params: dict[str, Any], eps0: Any) -> None:
+    """ValueError where an eps0-LDP mechanism is asked without eps0, or with gaussian's parameters."""
+    gaussian.foreign(mechanism, params)
+    if eps0 is None:
+        raise ValueError(f"mechanism {mechanism!r} needs eps0, the local privacy parameter ({EPS0_MIN_TEXT})")
+
+
+def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, Any], **args: Any) -> Answer:
+    """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): every query live
+    (arrays broadcast, sigma with them), certified, slack 0, no grid corner; what it does not take
+    refused by name, and without live computation a ``TableError`` (the tables have no rows of it)."""
+    inputs = gaussian.checked(kind, params, others)
+    shape, flat = _broadcast({"sigma": params["sigma"], **args})
+    if not (live and live_engine.available()):
+        raise TableError(gaussian.no_live(live))
+    size = math.prod(shape)
+    value, lower = np.full(size, np.nan), np.full(size, np.nan)
+    for i in range(size):
+        value[i], lower[i] = gaussian.bounds(kind, {k: float(v[i]) for k, v in flat.items()}, inputs)
+    source, slack, edge = np.full(size, "live", SOURCE), np.zeros(size), np.zeros(size, bool)
+    return Answer(*(_shaped(a, shape) for a in (value, lower, source)), {}, _shaped(slack, shape),
+                  _shaped(edge, shape), _shaped(~edge, shape))
+
+
+def _shaped(a: np.ndarray, shape: tuple[int, ...]) -> Any:
+    """A flat answer array in the queries' broadcast shape (a Python scalar for scalar queries)."""
+    return a.reshape(shape) if shape else a[0].item()
+
+
+def _broadcast(args: dict[str, Any]) -> tuple[tuple[int, ...], dict[str, np.ndarray]]:
+    """The queries' shape and each argument broadcast to it, flat, as floats, checked against ``DOMAIN``."""
+    arrays = {name: _numbers(name, value) for name, value in args.items()}
+    try:
+        shaped = np.broadcast_arrays(*arrays.values())
+    except ValueError:
+        shapes = ", ".join(f"{k}{np.shape(v)}" for k, v in arrays.items())
+        raise ValueError(f"arguments do not broadcast together: {shapes}") from None
+    flat = {k: v.ravel().astype(float) for k, v in zip(arrays, shaped, strict=True)}
+    _check_domain(flat)
+    return shaped[0].shape, flat
+
+
 def _eps_only(mechanism: str) -> None:
     if mechanism == CLOSED_FORM:
         raise ValueError(f"mechanism={CLOSED_FORM} answers eps only (the closed form gives eps at delta)")
@@ -361,16 +414,8 @@ class _Queries:
             raise ValueError(f"mechanism must be a mechanism name, got {mechanism!r}")
         self.mechanism = mechanism
         self.params = {k: v for k, v in params.items() if v is not None}
-        arrays = {name: _numbers(name, value) for name, value in args.items()}
-        try:
-            shaped = np.broadcast_arrays(*arrays.values())
-        except ValueError:
-            shapes = ", ".join(f"{k}{np.shape(v)}" for k, v in arrays.items())
-            raise ValueError(f"arguments do not broadcast together: {shapes}") from None
-        self.shape = shaped[0].shape
-        self.args = {k: v.ravel().astype(float) for k, v in zip(arrays, shaped, strict=True)}
+        self.shape, self.args = _broadcast(args)
         self.size = math.prod(self.shape)
-        _check_domain(self.args)
         self.table: Table = table if isinstance(table, Table) else (
             default_table() if table is None else open_table(table))
         self.rows = rules.rows(self.table, mechanism, self.params)
@@ -442,10 +487,8 @@ class _Queries:
                slack: np.ndarray, edge: np.ndarray) -> Answer:
         slack = np.where(source == "live", 0.0, slack)
         edge = edge & (source == "table")
-        shape = self.shape
-
         def out(a: np.ndarray) -> Any:
-            return a.reshape(shape) if shape else a[0].item()
+            return _shaped(a, self.shape)
 
         certified = (source != "table") | self.table.certified
         return Answer(out(value), out(lower), out(source), {k: out(v) for k, v in grid.items()}, out(slack),
@@ -479,7 +522,7 @@ def number_text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-NUMERIC_PARAMS = ("k", "g", "domain", "delta0", "parts")
+NUMERIC_PARAMS = ("k", "g", "domain", "delta0", "parts", "sigma")
 
 
 def checked_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -526,6 +569,7 @@ DOMAIN = {
     "eps": (lambda a: (a >= 0) & (a < math.inf), ">= 0 and finite"),
     "n": (lambda a: (a >= 1) & (a <= N_LIMIT) & (a == a // 1), "an integer in [1, 1e18]"),
     "delta": (lambda a: (a > 0) & (a < 1), "in (0, 1)"),
+    "sigma": (lambda a: (a >= gaussian.SIGMA_MIN) & (a <= gaussian.SIGMA_MAX), gaussian.SIGMA_ALLOWED),
 }
 
 

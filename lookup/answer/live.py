@@ -139,14 +139,31 @@ def composed_eps(mechanism: str, point: dict[str, float], params: dict[str, Any]
     return _cached("composed_eps", mechanism, point, params, compute)[0]
 
 
-def _cached(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any], compute: Any) -> list[float]:
+def cached(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any], compute: Any,
+           recertified: Any) -> list[float]:
+    """``compute()`` (a list of floats, the first the certified value) cached as the engine's answers
+    here are, for a mechanism the engine answers outside its registry (lookup/answer/gaussian.py):
+    a value read back from disk is used only where ``recertified(value)`` (one engine evaluation)
+    says it is still certified."""
+    def check(value: float) -> bool:
+        try:
+            return math.isfinite(value) and value >= 0 and bool(recertified(value))
+        except ValueError:
+            return False
+
+    return _cached(kind, mechanism, point, params, compute, check)
+
+
+def _cached(kind: str, mechanism: str, point: dict[str, float], params: dict[str, Any], compute: Any,
+            recertified: Any = None) -> list[float]:
     from tablegen import ENGINE_VERSION
 
     key = json.dumps([kind, mechanism, point, params, ENGINE_VERSION], sort_keys=True, default=str)
     if key not in _MEMORY:
         on_disk = kind not in VERDICTS
         hit = _disk_read(key) if on_disk else None
-        if hit is None or not _recertified(kind, mechanism, point, params, hit[0]):
+        if hit is None or not (recertified(hit[0]) if recertified is not None
+                               else _recertified(kind, mechanism, point, params, hit[0])):
             hit = tuple(compute())
             if on_disk:
                 _disk_write(key, hit)

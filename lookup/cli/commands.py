@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 import lookup
+from lookup.answer import gaussian
 from lookup.answer.api import (
     EPS0_MIN_TEXT,
     MAX_SLACK,
@@ -56,7 +57,23 @@ def query_options(func: Any) -> Any:
         func = option(func)
     func = click_options(func)
     return click.option("--mechanism", required=True, help="e.g. krr, generic, blh, olh, rappor, oue, hr, laplace, "
-                        "joint, parallel (off the table: computed live)")(func)
+                        "joint, parallel (off the table: computed live); gaussian (--sigma, live)")(func)
+
+
+def gaussian_options(func: Any) -> Any:
+    """--eps0 (every mechanism but gaussian), --sigma and --inputs (gaussian: lookup/answer/gaussian.py)."""
+    options = [
+        click.option("--eps0", type=str, default=None, help=f"local privacy parameter, {EPS0_MIN_TEXT} (required but "
+                     "for gaussian)"),
+        click.option("--sigma", type=str, default=None, help=f"gaussian: the noise's standard deviation, in units of "
+                     f"the input range, in {gaussian.SIGMA_RANGE} (answered live)"),
+        click.option("--inputs", type=click.Choice(gaussian.INPUTS), default=None,
+                     help="gaussian: what users hold (bits x in {0, 1}, the default; unit, x in [0, 1], is not "
+                          "certified yet)"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 @click.group(cls=CommandGroup)
@@ -67,25 +84,25 @@ def main() -> None:
 
 @main.command()
 @query_options
-@click.option("--eps0", required=True, type=str, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
+@gaussian_options
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--rounds", type=str, default=None, help="T identical rounds composed (needs 'shuffle-eps[compose]')")
 @click.option("--sample-rate", type=str, default=None,
               help="with --rounds: probability in [1e-12, 1] that each user takes part in a round (live; default 1)")
-def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
-        delta: str, rounds: str | None, sample_rate: str | None, **raw: Any) -> None:
-    """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given."""
+def eps(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool,
+        eps0: str | None, delta: str, rounds: str | None, sample_rate: str | None, **raw: Any) -> None:
+    """Certified eps at (eps0, n, delta), of --rounds T rounds composed if given (gaussian: at (sigma, n, delta))."""
     _query("eps", mechanism, {"eps0": eps0, "n": n, "delta": delta, "rounds": rounds, "sample-rate": sample_rate},
            table, no_live, max_slack, as_json, raw)
 
 
 @main.command()
 @query_options
-@click.option("--eps0", required=True, type=str, help=f"local privacy parameter, {EPS0_MIN_TEXT}")
+@gaussian_options
 @click.option("--eps", "eps_", required=True, type=str, help="target eps >= 0")
-def delta(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool, eps0: str,
-          eps_: str, **raw: Any) -> None:
-    """Certified delta at (eps0, n, eps)."""
+def delta(mechanism: str, n: str, table: str | None, no_live: bool, max_slack: str | None, as_json: bool,
+          eps0: str | None, eps_: str, **raw: Any) -> None:
+    """Certified delta at (eps0, n, eps) (gaussian: at (sigma, n, eps))."""
     _query("delta", mechanism, {"eps0": eps0, "n": n, "eps": eps_}, table, no_live, max_slack, as_json, raw)
 
 
@@ -110,7 +127,7 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
         trusted_keys(trusted_key_files(), f"${ENV_KEYS}")
         if keys:  # read by lookup.trust.origin when the table is opened
             os.environ[ENV_KEYS] = os.pathsep.join([*keys, *filter(None, [os.environ.get(ENV_KEYS)])])
-        arguments = query_arguments(numbers, raw)
+        arguments = {**query_arguments(numbers, raw), **gaussian_arguments(raw)}
         opened = lookup.open_table(table, verified=False) if unverified else table  # lookup.trust.origin: provenance
         answer = getattr(lookup, kind)(mechanism, table=opened, live=not no_live,
                                        max_slack=parse_max_slack(max_slack, kind), **arguments)
@@ -121,6 +138,14 @@ def _query(kind: str, mechanism: str, numbers: dict[str, str | None], table: str
         return out if rate is None else {**out, "sample_rate": rate}
 
     _answer(run, as_json)
+
+
+def gaussian_arguments(raw: dict[str, Any]) -> dict[str, Any]:
+    """--sigma (a number in ASCII digits) and --inputs where given (gaussian's; refused by name for
+    the other mechanisms by ``lookup.eps``)."""
+    sigma, inputs = raw.pop("sigma", None), raw.pop("inputs", None)
+    return {**({"sigma": parse_number("sigma", sigma)} if sigma is not None else {}),
+            **({"inputs": inputs} if inputs is not None else {})}
 
 
 @main.command()

@@ -19,11 +19,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import lookup
+from lookup.answer import gaussian
 from lookup.answer import live as live_engine
 from lookup.answer.api import KEYS, finite, json_ready, mechanism_name, parse_max_slack
 from lookup.answer.params import HELP, query_arguments
 from lookup.service.metrics import Metrics
-from lookup.service.parsing import boolean, composition, etags, single_values
+from lookup.service.parsing import boolean, composition, etags, gaussian_question, single_values
 from lookup.service.pool import Busy, Pool
 from lookup.service.refiner import Refiner, too_loose
 from lookup.service.responses import (
@@ -103,7 +104,10 @@ class Service:
     async def query(self, request: Request, kind: str, required: tuple[str, ...]) -> tuple[Response, str]:
         settings, table, refiner, live = self.settings, self.table, self.refiner, self.live
         raw = single_values(request.scope["query_string"].decode("latin-1"))
-        allowed = {*required, *HELP, "mechanism", "live", "max_slack", *(COMPOSITION if kind == "eps" else ())}
+        mechanism = mechanism_name(raw.get("mechanism"))
+        # gaussian (lookup/answer/gaussian.py): sigma in place of eps0, and what it does not take refused by lookup
+        required, given = gaussian_question(kind, required, raw) if mechanism == gaussian.NAME else (required, {})
+        allowed = {*required, *given, *HELP, "mechanism", "live", "max_slack", *(COMPOSITION if kind == "eps" else ())}
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise ValueError(f"unknown parameter {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -111,9 +115,8 @@ class Service:
         if missing:
             raise ValueError(f"missing parameter {missing[0]!r}")
         allow_live = boolean(raw.get("live", "true"))
-        kwargs = query_arguments({name: raw[name] for name in required}, raw)
+        kwargs = {**query_arguments({name: raw[name] for name in required}, raw), **given}
         max_slack = parse_max_slack(raw.get("max_slack"), kind)
-        mechanism = mechanism_name(raw["mechanism"])
         call = getattr(lookup, kind)
         try:  # the table alone, here in the event loop: microseconds, never the engine
             result, lacking = call(mechanism, table=table, live=False, max_slack=None, **kwargs), None
@@ -151,7 +154,7 @@ class Service:
         if lacking is not None:
             if not allow_live or not live_engine.available():
                 raise lacking
-            sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" else None
+            sliced = refiner.from_slice(mechanism, kwargs, None) if kind == "eps" and "eps0" in kwargs else None
             if sliced is not None:  # e.g. OLH with its default g between grid eps0: the slice at eps0
                 return self.improved(kind, {**sliced, **asked}), "slice"
             bound = _generic_bound(kind, mechanism, kwargs, table)

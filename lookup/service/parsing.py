@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
+from lookup.answer import gaussian
 from lookup.answer import live as live_engine
 from lookup.answer.api import parse_number
 from lookup.service.schema import COMPOSITION, NUMBERS, ROUNDS_MAX, SAMPLE_RATE_MIN
@@ -28,10 +29,20 @@ def mechanism_validator() -> Any:
         if "eps0" in numbers:
             checked_eps0(numbers["eps0"])  # the engine's domain, EPS0_MIN included
         checked_n(numbers["n"])
-        if mechanism != "generic-closed-form":
+        if mechanism not in ("generic-closed-form", gaussian.NAME):  # gaussian: lookup.answer.gaussian checks it
             get_mechanism(mechanism).resolve(params)
 
     return validate
+
+
+def gaussian_question(kind: str, required: tuple[str, ...], raw: dict[str, str]) -> tuple[tuple[str, ...],
+                                                                                         dict[str, str]]:
+    """A gaussian question's required numbers (sigma in place of eps0) and what else it gives that
+    lookup reads (inputs) or refuses by name (eps0; rounds and sample_rate of /v1/eps: not supported
+    for gaussian yet; /v1/eps0-max, which has no eps0 to replace, with its sigma), as text."""
+    own = ("inputs", "eps0", *(COMPOSITION if kind == "eps" else ()), *(() if "eps0" in required else ("sigma",)))
+    return (tuple("sigma" if name == "eps0" else name for name in required),
+            {name: raw[name] for name in own if name in raw})
 
 
 def composition(raw: dict[str, str], composable: bool) -> dict[str, Any]:
@@ -97,4 +108,4 @@ def boolean(text: str) -> bool:
     raise ValueError(f"live must be true or false, got live={text!r}")
 
 
-__all__ = ["boolean", "composition", "etags", "mechanism_validator", "named", "single_values"]
+__all__ = ["boolean", "composition", "etags", "gaussian_question", "mechanism_validator", "named", "single_values"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import lookup
+from lookup.answer import gaussian
 from lookup.answer.api import EPS0_MIN, KEYS
 from lookup.answer.params import HELP
 from lookup.format import MECHANISM_PARAMS
@@ -45,6 +46,12 @@ COMPOSED = {  # /v1/eps only (sample_rate without rounds: a 400)
     "sample_rate": ("with rounds: probability that each user takes part in a round (live; default 1)",
                     {"type": "number", "minimum": SAMPLE_RATE_MIN, "maximum": 1}),
 }
+GAUSSIAN = {  # gaussian's parameters (lookup/answer/gaussian.py), answered live
+    "sigma": {"type": "number", "minimum": gaussian.SIGMA_MIN, "maximum": gaussian.SIGMA_MAX,
+              "description": "gaussian: the noise's standard deviation, in units of the input range"},
+    "inputs": {"type": "string", "enum": ["bits"], "description": "gaussian: what users hold, bits x in {0, 1} "
+               "(the default; unit, x in [0, 1], is not certified yet)"},
+}
 NULLABLE = {"type": ["number", "null"]}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -71,6 +78,11 @@ def openapi() -> dict[str, Any]:
                      "properties": {"mechanism": {"const": name}, **common,
                                     **{p: {**PARAMS[p], "description": HELP[p]} for p in (*needs, *optional)}}}
                     for name, (needs, optional) in MECHANISMS.items() if kind == "eps" or name != "generic-closed-form"]
+        if "eps0" in required:  # gaussian (lookup/answer/gaussian.py): sigma in place of eps0, live, one round
+            numbers = {name: spec for name, spec in common.items() if name not in ("eps0", *COMPOSITION)}
+            branches.append({"type": "object", "title": gaussian.NAME, "additionalProperties": False,
+                             "required": ["mechanism", *("sigma" if n == "eps0" else n for n in required)],
+                             "properties": {"mechanism": {"const": gaussian.NAME}, **numbers, **GAUSSIAN}})
         return {"name": "query", "in": "query", "style": "form", "explode": True, "required": True,
                 "schema": {"oneOf": branches}}
 

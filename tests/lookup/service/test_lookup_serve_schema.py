@@ -50,7 +50,8 @@ def test_the_schema_names_every_mechanism_the_engine_answers() -> None:
     schema = json.loads(json.dumps(openapi()))
     branches = schema["paths"]["/v1/eps"]["get"]["parameters"][0]["schema"]["oneOf"]
     described = {b["properties"]["mechanism"]["const"]: b for b in branches}
-    assert set(described) == {*MECHANISMS, "generic-closed-form"}
+    assert set(described) == {*MECHANISMS, "generic-closed-form", "gaussian"}
+    assert set(described["gaussian"]["required"]) == {"mechanism", "sigma", "n", "delta"}
     for name, mechanism in MECHANISMS.items():
         params = set(described[name]["properties"]) - {"mechanism", "eps0", "n", "delta", "live", "max_slack", "rounds",
                                                              "sample_rate"}

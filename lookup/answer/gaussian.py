@@ -1,0 +1,92 @@
+"""The shuffled Gaussian on bits (``gaussian``: each user reports x + N(0, sigma^2), x in {0, 1}), live.
+
+It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the tables
+have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``)
+and every answer is the engine's, ``tablegen.engine.gaussian`` (imported only when an answer is
+computed), cached as ``lookup/answer/live.py`` caches live answers.  Its parameters have the names of
+``tablegen compute``: ``sigma``, the noise's standard deviation in units of the input range, in
+[SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or ``unit`` (x in [0, 1]), refused
+until the pair (0, 1) is proved the worst pair for it (docs/soundness.md, "Shuffled Gaussian").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lookup.answer import live as live_engine
+
+NAME = "gaussian"
+PARAMS = ("sigma", "inputs")  # its parameters (no other mechanism takes them)
+INPUTS = ("bits", "unit")
+DEFAULT_INPUTS = "bits"
+SIGMA_MIN, SIGMA_MAX = 0.2, 50.0  # tablegen.mechanisms.gaussian's, what the engine certifies (a test keeps them equal)
+SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
+SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
+UNIT_REFUSED = ("inputs=unit is not certified yet: the pair (0, 1) is not proved the worst pair for inputs in "
+                "[0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use inputs=bits (the default)")
+
+
+def foreign(mechanism: str, params: dict[str, Any]) -> None:
+    """ValueError where a mechanism other than gaussian is given gaussian's parameters."""
+    given = [name for name in PARAMS if params.get(name) is not None]
+    if given and mechanism != NAME:
+        raise ValueError(f"{given[0]} is a parameter of mechanism {NAME!r}, not of {mechanism!r}")
+
+
+def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
+    """The ``inputs`` of a gaussian question (``bits``), after refusing, by name, what it does not
+    take: eps0_max, ``others`` given (eps0, rounds, sample_rate: not None), another mechanism's
+    parameters, ``inputs`` other than bits, and a missing sigma (its range is ``DOMAIN``'s check in
+    lookup/answer/api.py, with the other numbers)."""
+    if kind == "eps0_max":
+        raise ValueError(f"mechanism {NAME!r} has no eps0 (it is not an eps0-LDP randomizer): eps0_max is not "
+                         "answered for it (the smallest sigma for a target eps is not answered yet)")
+    if others.get("eps0") is not None:
+        raise ValueError(f"mechanism {NAME!r} takes no eps0 (it is not an eps0-LDP randomizer: its privacy comes "
+                         f"from sigma, the noise's standard deviation, in {SIGMA_RANGE})")
+    for name in ("rounds", "sample_rate"):
+        if others.get(name) is not None:
+            raise ValueError(f"{name} is not supported for mechanism {NAME!r} yet (one round only)")
+    extra = sorted(name for name, value in params.items() if name not in PARAMS and value is not None)
+    if extra:
+        raise ValueError(f"mechanism {NAME!r} takes no {extra[0]} (its parameters: sigma, inputs)")
+    inputs = DEFAULT_INPUTS if params.get("inputs") is None else params["inputs"]
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {', '.join(INPUTS)} (what each user holds), got inputs={inputs!r}")
+    if inputs != "bits":
+        raise ValueError(UNIT_REFUSED)
+    if params.get("sigma") is None:
+        raise ValueError(f"mechanism {NAME!r} needs sigma, the noise's standard deviation in units of the input "
+                         f"range, in {SIGMA_RANGE}")
+    return inputs
+
+
+def no_live(live: bool) -> str:
+    """Why a gaussian question is refused without live computation (the message of a TableError)."""
+    why = ("live computation is off (--no-live, live=False)" if not live
+           else "the engine (tablegen) is not installed")
+    return f"mechanism {NAME!r} is answered live only (the tables have no rows of it yet) and {why}"
+
+
+def bounds(kind: str, point: dict[str, float], inputs: str) -> tuple[float, float]:
+    """(certified eps or delta, its lower bound or NaN) at ``point`` (sigma, n and delta for eps, eps for
+    delta) from ``tablegen.engine.gaussian``, cached; a value read back from the disk cache is
+    believed once one engine evaluation certifies it again (the certified delta at that eps)."""
+    sigma, n = point["sigma"], int(point["n"])
+
+    def compute() -> list[float]:
+        from tablegen.engine import gaussian as engine
+
+        b = (engine.eps_bounds(sigma, n, point["delta"]) if kind == "eps"
+             else engine.delta_bounds(sigma, n, point["eps"]))
+        return [b.upper, math.nan if b.lower is None else b.lower]
+
+    def recertified(value: float) -> bool:
+        from tablegen.engine import gaussian as engine
+
+        eps, delta = (value, point["delta"]) if kind == "eps" else (point["eps"], value)
+        return engine.delta_bounds(sigma, n, eps, lower=False).upper <= delta
+
+    answer = live_engine.cached(f"{NAME}_{kind}", NAME, point, {"inputs": inputs}, compute, recertified)
+    return answer[0], answer[1]
