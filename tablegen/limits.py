@@ -1,29 +1,11 @@
 """The live engine's supported domain: every limit on an input or on the work it causes, in one place.
 
-An input inside the limits below is answered in bounded memory and time; one outside them is
-refused with a ``ValueError`` naming the parameter and its allowed range before anything large
-is allocated.  Two extensions answer beyond the engine's own range, each with a certified
-value (docs/engine.md and docs/soundness.md; ``engine/bounds.py`` applies them):
-
-* ``n > N_MAX`` (up to ``N_LIMIT``): the exact eps is non-increasing in n (a further user's
-  report, shuffled in, is a post-processing), so the engine's certified value at ``N_MAX`` is
-  certified at n; so is the closed-form bound at n itself (``engine/closed_form.py``: Chernoff,
-  ``E[S_+] <= M(mu)^n / (e mu)``, or Berry-Esseen; no lattice, no FFT), which joins the
-  engine's from ``CLOSED_FORM_N`` on; the smaller is answered, above N_MAX with no lower bound.
-* ``eps0 > EPS0_MAX`` (up to ``EPS0_LIMIT``): eps <= eps0 always holds (an eps0-LDP randomizer
-  is (eps0, 0)-DP after shuffling), so eps0 is certified; it is answered where a cheap
-  certified lower bound (``engine/closed_form.py``) proves the exact eps within ``EPS0_NEAR`` of
-  it (few users outside the heaviest component of a lower-bound pair), and refused otherwise.
-
-Memory and time inside the domain are bounded by ``CellBudget``: one FFT-path evaluation never
-allocates a window of more than ``FFT_MAX_CELLS`` cells (a larger one is first coarsened, which
-certifies at any step, then declined), and one query's FFT evaluations together use at most
-``FFT_BUDGET_CELLS`` cells (later ones are declined: an upper evaluation then certifies nothing,
-a lower one proves nothing, so answers only move the safe way); a joint composition's product
-is refused before it is built where its work exceeds ``JOINT_WORK_MAX``.
-
-Measured on a 2-core machine with ``/usr/bin/time`` (``docs/engine.md``, "Supported domain",
-has the corner cases before and after): see the constants' comments.
+An input inside these limits is answered in bounded memory and time; one outside them is refused
+with a ``ValueError`` naming the parameter and its allowed range before anything large is
+allocated.  ``n`` up to ``N_LIMIT`` and ``eps0`` up to ``EPS0_LIMIT`` are answered beyond the
+engine's own range with certified values (``engine/bounds.py``), and ``CellBudget`` bounds one
+query's FFT work.  Why each limit is sound, and what it costs: docs/engine.md ("Supported
+domain"); each constant's comment says how it was measured.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Grid specs (``workflows/*.toml``): which curves a table holds, validated before any work.
 
-A spec names the mechanisms (a family with lists of parameter values, expanded into one
-table row per combination), the eps0, n and delta axes and the engine settings::
-
-    title = "..."
-    [axes]
-    eps0 = [0.05, 0.1, 0.2]                          # explicit, strictly ascending
-    n = {start = 1e2, stop = 1e8, per_decade = 4}    # geometric (n is rounded to integers)
-    delta = {start = 1e-12, stop = 1e-3, per_decade = 1}
-    # or segments, geometric and linear ({start, stop, step}), joined in order:
-    # eps0 = [{start = 0.05, stop = 1, per_decade = 20}, {start = 1.1, stop = 8, step = 0.1}]
-    [settings]                                       # all optional
-    resolution = 8            # lattice cells per sd of G, upper bound (default 10)
-    lower_resolution = 15     # the same for the lower bound (spectral lower path; default 30)
-    lower_every = [1, 1]      # lower bounds on every i-th eps0 and j-th n (default: none; NaN elsewhere)
-    lower_n_max = 1e6         # ... and only up to this n (default: no limit; costs most at large n)
-    [[mechanism]]
-    family = "krr"
-    k = [2, 3, 4]
-
-Every table is built by slices (one task per (mechanism, eps0), every n at once,
-``engine/dense.py``): the settings ``method`` and ``lower_method`` that chose between slices and
-the removed per-curve path are refused with a message saying so.  Every error names the file, the
-key and the reason (``SpecError``).
+A spec names the mechanisms (a family with lists of parameter values, expanded into one table
+row per combination), the eps0, n and delta axes (explicit lists, or geometric and linear
+segments) and the engine settings; ``Spec.digest`` hashes its canonical text.  Every error names
+the file, the key and the reason (``SpecError``).  The keys, their defaults and the axes'
+decimal arithmetic: docs/tables.md ("Specs").
 """
 
 from __future__ import annotations
@@ -44,10 +26,10 @@ from tablegen.engine.lower import RESOLUTION as LOWER_RESOLUTION
 from tablegen.mechanisms import get_mechanism
 
 AXES = ("eps0", "n", "delta")
-# the engine that builds every table, recorded in the canonical text (and so in the digest): the
-# slice engine, upper and lower bounds (engine/dense.py).  Specs once chose it with these settings
-# (the default was a per-curve path, since removed); tables built by slices recorded them, so the
-# spec that no longer names them keeps their digest, and a table of the per-curve path is rebuilt
+# the engine that builds every table (the slice engine, upper and lower bounds: engine/dense.py),
+# added to every canonical text and so to the digest: the tables built by slices record these
+# settings, so a spec (which may not name them: one spelling per spec) has its table's digest
+# (docs/tables.md, "Specs")
 BUILT_BY = {"method": "slice", "lower_method": "slice"}
 # default cells per sd of G of a table's upper bounds: the shipped tables' (certified at any value;
 # a k-RR slice at 10 is within +0.04% of one at 20 on median, docs/engine.md "Slices", and about
@@ -150,7 +132,7 @@ def load_spec(path: str | Path) -> Spec:
 
 
 def spec_from_dict(raw: dict[str, Any], source: str = "<spec>") -> Spec:
-    """Validate a parsed spec (see the module docstring for the keys)."""
+    """Validate a parsed spec (its keys: docs/tables.md, "Specs")."""
     def fail(key: str, reason: str) -> SpecError:
         return SpecError(f"{source}: {key}: {reason}")
 
@@ -169,7 +151,7 @@ def spec_from_dict(raw: dict[str, Any], source: str = "<spec>") -> Spec:
 
 
 def parse_axis(value: Any, key: str, source: str) -> np.ndarray:
-    """One axis (list or segments, see the module docstring), SpecError naming ``source`` and ``key``."""
+    """One axis (list or segments, docs/tables.md "Specs"), SpecError naming ``source`` and ``key``."""
     return _axis(value, key, lambda k, reason: SpecError(f"{source}: {k}: {reason}"))
 
 

@@ -1,26 +1,10 @@
 """The page for people: ``GET /`` of ``lookup serve``, a calculator and curves in the browser.
 
-One HTML page (``lookup/service/static/index.html``) with its script and style sheet (``page.js``,
-``page.css``), read once when the application is built and served from memory: no CDN, no
-third-party code, nothing fetched from outside the server, so it works offline.  The page
-computes nothing.  Its script asks the JSON API (``/v1/eps``, ``/v1/delta``, ``/v1/eps0-max``)
-as any client does, through the same admission (validation, the table first, the bounded live
-pool: a 503 is shown with its ``Retry-After``), and shows every field of the answer: numbers to
-4 significant digits on their safe side (a certified eps or delta rounded up, a lower bound or the
-largest eps0 down), each field with a line in plain words, a note on what this kind of answer is,
-the exact JSON one click away; a 400 is shown beside the field its message names.  An answer is
-never shown as current beside a question it does not answer (the form changing greys it, Ask
-clears it, a response to an older question is dropped), and one ``"refined": false`` is asked
-again until refined.  Curves of eps against n (log axes, one series per eps0, the lower bound as a
-band) and of eps against rounds (``rounds=T`` answers, composition) are SVG built in the browser by
-one drawing code from the API's answers, asked one at a time so that a curve never holds more than
-one live place, titled with their mechanism and delta and cleared when their question changes.
-The page opens on k-RR k=10, eps0 1, n 1e6, delta 1e-8 (docs/page.md says why).  The page's state
-is kept in its URL with the API's parameter names (a permalink).
-
-The form lists the mechanisms and their parameters from the registry the API validates with
-(``tablegen.mechanisms.MECHANISMS`` when the engine is installed); without the engine, the
-mechanisms of the table's rows, whose parameters are described by ``lookup.answer.params.HELP``.
+Serves ``lookup/service/static/`` (``index.html``, ``page.js``, ``page.css``), read once when
+the application is built and served from memory: no CDN, nothing fetched from outside the server.
+The page computes nothing; its script asks the JSON API as any client does.  The form lists the
+mechanisms of the registry the API validates with (without the engine: the table's rows, their
+parameters described by ``lookup.answer.params.HELP``).  What the page shows and why: docs/page.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """``lookup serve``: the ASGI application of ``lookup/service/app.py`` under uvicorn (the ``serve`` extra).
 
-uvicorn owns the sockets, keep-alive, the HTTP parser's limits and graceful shutdown (SIGTERM:
-stop accepting, finish the requests in flight, then stop the live workers); this module
-configures it and adds what uvicorn lacks, in ``GuardedH11`` (its h11 protocol, subclassed):
-
-- a deadline on the request headers: from a connection's first byte (or a keep-alive request's
-  first byte) the request line and headers must be complete within ``header_timeout`` seconds,
-  else the connection is closed.  uvicorn times only the idle gap between keep-alive requests,
-  so a client that sends nothing, or one byte every few seconds, held its connection for good;
-- a cap on open connections (``max_connections``), answered by a JSON 503 with Retry-After and
-  the connection closed (uvicorn's own ``limit_concurrency`` counts requests with connections
-  and answers a text/plain 503 without Retry-After: it is left off);
-- a JSON 400 for a malformed request (uvicorn's is text/plain).
-
-Its limits are fields of ``lookup.service.settings.Settings``, where each has its default and the
-help of its ``lookup serve`` option: ``max_connections`` (``--limit-concurrency``, per server
-process; the process's open file limit is raised to its hard limit at start), ``header_timeout``,
-``timeout_keep_alive`` (longer than a load balancer's idle timeout, so that the balancer, not the
-server, closes idle connections: docs/lookup.md), ``h11_max_incomplete_event_size``
-(``--max-header-bytes``: more is a 400 and the connection closed; the URL itself: ``schema.MAX_URL``),
-``backlog``, ``timeout_graceful_shutdown`` (``--graceful-timeout``) and ``workers`` (server
-processes, each with its own table and live pool).
+uvicorn owns the sockets, keep-alive, the HTTP parser's limits and graceful shutdown; this module
+configures it and adds, in ``GuardedH11`` (its h11 protocol, subclassed), what uvicorn lacks: a
+deadline on the request headers (``header_timeout``), a cap on open connections answered by a
+JSON 503 with ``Retry-After`` (``max_connections``), and a JSON 400 for a malformed request.  The
+limits are fields of ``lookup.service.settings.Settings``; why each and its default: docs/lookup.md
+("Slow and idle clients", the server settings, "Behind a load balancer").
 """
 
 from __future__ import annotations

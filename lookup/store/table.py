@@ -1,30 +1,10 @@
 """Open a published table once: check its manifest, read what queries need, make it monotone.
 
-Loading makes the certified surface monotone the safe way (docs/lookup.md: the exact eps
-is non-decreasing in eps0, non-increasing in n and in delta), so every later rule is a plain
-gather:
-
-* ``upper[r, e, j, d]`` = min of ``eps`` over grid points with eps0 >= eps0[e], n <= n[j],
-  delta <= delta[d]: each of them is an upper bound at (eps0[e], n[j], delta[d]);
-* ``lower[r, e, j, d]`` = max of ``eps_lower`` over eps0 <= eps0[e], n >= n[j],
-  delta >= delta[d] (NaN-skipping; NaN where none): each is a lower bound there.
-
-Reading: the stores ``tablegen`` publishes are read without zarr (``lookup.store.reader``): opening
-parses the consolidated metadata and reads the small axis and label arrays; a row's chunks
-(``eps`` and ``eps_lower``, one chunk per mechanism row) are read and decoded when the row is
-first used, so a query reads about 0.5 MB of the 12 MB default table.  A store in a form that
-reader does not implement is read whole with zarr, as before.
-
-Integrity: the SHA-256 manifest is read when a table is first opened in a process, and every
-file is checked against it before its bytes are used (the files a query reads, not the whole
-store); the store must hold exactly the files it lists.  A mismatch refuses the table, at open
-or when the row that reads the file is first used.  A device file (``lookup.device.files``, one
-mechanism family, checked by its own SHA-256) is accepted wherever a table path is.
-
-Provenance (``lookup.trust.origin``, docs/trust.md): an intact table is answered from only if it was
-shipped, built here, signed by a trusted key or fully verified here (``Table.provenance``); any
-other is refused, or opened on request (``open_table(path, verified=False)``) with
-``Table.certified`` False.
+``Table`` holds the axes, the labels and the monotone surfaces ``upper`` (running minima of
+``eps``) and ``lower`` (running maxima of ``eps_lower``) that every rule reads by a plain gather,
+rows read when first used.  Why the surfaces are safe: docs/lookup.md ("Why each rule is safe");
+the store and its lazy, checked reading: docs/tables.md; provenance and ``verified=False``:
+docs/trust.md.  A device file (docs/device-format.md) is accepted wherever a table path is.
 """
 
 from __future__ import annotations
@@ -98,7 +78,7 @@ class Table:
 
     def coverage(self) -> dict[str, Any]:
         """What the table answers: rows and axis ranges (for errors, ``lookup info`` and /v1/info):
-        the table named by its folder's name and digest, never by where it lives (issue 55)."""
+        the table named by its folder's name and digest, never by where it lives."""
         return {
             "table": Path(self.path).name if self.path else None,
             "digest": self.digest or None,
@@ -310,7 +290,7 @@ def manifest_mismatches(store: Path, listed: dict[str, str],
 
 def _load_table(path: str, group: Any) -> Table:
     """The Table of a store's group: axes and labels read now, ``eps`` and ``eps_lower`` row by
-    row when a row is first used (a zarr group, the fallback, is decoded whole here as before)."""
+    row when a row is first used (a zarr group, the fallback, is decoded whole here)."""
     from lookup.format import listing_digest
     from lookup.store.reader import StoreGroup
 

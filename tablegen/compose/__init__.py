@@ -2,28 +2,10 @@
 
     from tablegen import compose
     compose.eps("krr", eps0=1.0, n=10**6, rounds=365, delta=1e-8, k=10).eps
-    compose.eps_sequence([compose.Round("krr", 1.0, 10**6, {"k": 10}, times=300),
-                          compose.Round("generic", 2.0, 10**5, times=65)], delta=1e-8)
-    compose.rounds_max("krr", eps0=1.0, n=10**6, eps=1.0, delta=1e-8, k=10)
-    compose.eps0_max("krr", rounds=365, eps=1.0, n=10**6, delta=1e-8, k=10)
-    compose.eps("krr", eps0=3.0, n=10**5, rounds=1000, delta=1e-5, k=10, sample_rate=0.01)  # Poisson rate q
 
-Each round's certified privacy profile (``tablegen.engine.delta_curve``, an upper bound on
-delta(eps) for both orders of the neighbouring pair) becomes a pessimistic connect-the-dots
-privacy-loss distribution (``profile.py``, ``pld.py``); Google's dp-accounting composes them
-(arXiv:2207.04380; arXiv:1906.03049 for PLD composition).  Every step is an upper bound, so the
-composed eps is certified: never below the exact composed eps of the analysis.  Subsampled rounds
-(each user taking part with probability ``sample_rate``) use the decompositions of
-``tablegen/mechanisms/subsample.py``.  Derivation and figures: docs/composition.md.
-``dp_accounting`` is the ``compose`` extra.
-
-The same rounds inside dp-accounting's own accountants, beside DP-SGD and the rest (docs/accounting.md;
-loaded on first use, ImportError naming the extra without it):
-
-    loss = compose.round_pld("krr", eps0=1.0, n=10**6, k=10)      # a dp-accounting PrivacyLossDistribution
-    acc = compose.ShufflePLDAccountant(NeighboringRelation.REPLACE_SPECIAL)   # or ShuffleRDPAccountant
-    acc.compose(compose.ShuffledRoundEvent("krr", 1.0, 10**6, {"k": 10}), 365)
-    acc.compose(PoissonSampledDpEvent(0.01, GaussianDpEvent(1.0)), 1000).get_epsilon(1e-8)
+Also ``eps_sequence``, ``rounds_max``, ``eps0_max`` and, inside dp-accounting's accountants,
+``round_pld``, ``ShuffledRoundEvent``, ``ShufflePLDAccountant``, ``ShuffleRDPAccountant`` (the
+``compose`` extra).  Derivation, examples and figures: docs/composition.md and docs/accounting.md.
 """
 
 from typing import Any

@@ -1,32 +1,11 @@
-"""Shuffled rounds inside Google's dp-accounting (docs/accounting.md).
+"""Shuffled rounds inside Google's dp-accounting, beside DP-SGD and the rest.
 
-``round_pld`` exports one round's certified privacy-loss distribution as dp-accounting's own
-``PrivacyLossDistribution``; ``ShuffledRoundEvent`` is a ``DpEvent`` for one round;
-``ShufflePLDAccountant`` and ``ShuffleRDPAccountant`` are dp-accounting's ``PLDAccountant`` and
-``RdpAccountant`` that also take that event, anywhere their parents take an event (alone, in a
-``ComposedDpEvent``, in a ``SelfComposedDpEvent``), beside Gaussian, Laplace, Poisson-sampled
-Gaussian (DP-SGD) and the rest.
-
-Neighbouring relation.  A round is certified for substitution neighbours with n public (one
-user's data replaced, docs/composition.md): dp-accounting's ``REPLACE_ONE``, and so also
-``REPLACE_SPECIAL`` (replacing a record by a special one is a substitution; dp-accounting accounts
-a Poisson-sampled Gaussian under it exactly as under add/remove, arXiv:2103.00039 Def. 1.1), the
-default of both accountants here (``DEFAULT_RELATION``).  Under ``ADD_OR_REMOVE_ONE`` (the
-default of dp-accounting's own accountants) a shuffled round is refused: removing a user changes n.
-
-What is guaranteed.  The exported PLD is the pessimistic connect-the-dots PLD (arXiv:2207.04380)
-through the convex hull of the engine's certified profile (profile.py), sampled
-at multiples of dp-accounting's lattice interval (no eps moved): in exact arithmetic its curve
-lies above the round's exact profile at every eps, in both orders of every neighbouring pair, so
-it dominates the round and dp-accounting's compositions of it dominate the composed rounds.
-Computing its masses rounds the curve by at most ``pld.CURVE_ROUNDING`` (absolute); the exported
-PLD is mixed with weight ``eta`` into a point mass at +infinity, which lifts its curve by
-eta (1 - delta) >= that rounding at every eps >= 0 (``_lift``).  At eps < 0 the rounding is left
-(at most CURVE_ROUNDING per round, added to delta by hybrid argument): the accountants add it, by
-hand one reads eps at delta - T * CURVE_ROUNDING.  dp-accounting's FFT compositions and its eps
-read-out are as exact as dp-accounting (floating point, no a-priori bound); ``tablegen compose``
-adds its a-priori FFT bound (pld.py) and reads eps at delta minus it.  The RDP accountant adds
-``rdp_bounds`` (tablegen/engine/renyi.py, certified, with its float slack) to dp-accounting's RDP.
+``round_pld`` exports one round's certified privacy-loss distribution as dp-accounting's
+``PrivacyLossDistribution``; ``ShuffledRoundEvent`` is a ``DpEvent`` for one round, which
+``ShufflePLDAccountant`` and ``ShuffleRDPAccountant`` take wherever their parents take an event.
+A round is certified for substitution neighbours (``REPLACE_SPECIAL``, the default here, or
+``REPLACE_ONE``) and refused under ``ADD_OR_REMOVE_ONE``.  The neighbouring relation and what the
+exported objects guarantee: docs/accounting.md; the certified profile: docs/composition.md.
 """
 
 from __future__ import annotations
@@ -195,7 +174,7 @@ class _Rounds:
 class ShufflePLDAccountant(_Rounds, pld_privacy_accountant.PLDAccountant):
     """dp-accounting's PLD accountant that also composes ``ShuffledRoundEvent`` (``round_pld`` on
     its lattice, self-composed ``count`` times); at eps < 0 each round's curve rounding
-    (``pld.CURVE_ROUNDING``) is added to delta before eps is read (module docstring).  Its
+    (``pld.CURVE_ROUNDING``) is added to delta before eps is read (docs/accounting.md).  Its
     neighbouring relation defaults to ``REPLACE_SPECIAL``: a round is certified for the
     substitution of one user's data (its parent's default, ``ADD_OR_REMOVE_ONE``, refuses rounds)."""
 

@@ -1,32 +1,9 @@
 """Laplace mechanism on [0, 1]: R(x) = x + Lap(1/eps0) (arXiv:2504.07414 Appendix C).
 
-Blanket (upper bound), pair x0 = 0, x1 = 1, c(y) = min_x R(x)(y) = (eps0/2) e^(-eps0 max(|y|, |y-1|)):
-
-    y <= 0:       G = beta - alpha                        mass (1/2) e^(-eps0)
-    0 < y < 1/2:  G = e^(eps0 (1 - 2y)) - alpha           density (eps0/2) e^(-eps0 (1 - y))
-    1/2 < y < 1:  G = 1 - alpha e^(eps0 (2y - 1))         density (eps0/2) e^(-eps0 y)
-    y >= 1:       G = 1 - beta alpha                      mass (1/2) e^(-eps0)
-
-and G = 0 with the remaining mass 1 - e^(-eps0/2); its CDF is the paper's (Appendix C).
-Lower bound (Theorem 5 with x2 = 1/2, y ~ R(1/2)): u = R(0)(y)/R(1/2)(y), v = R(1)(y)/R(1/2)(y).
-
-Discretisation of the continuous parts into cells of y per half: the union
-of ``S_CELLS`` cells equal in s = e^(-eps0 t) and ``T_CELLS`` cells equal in t (t = y on the left
-half, 1 - y on the right).  The likelihood ratio u = e^(eps0 (1 - 2t)) = beta s^2 while the mass
-per unit s is proportional to 1/s^2, so equal steps of s give every cell the same spread
-(mass x width^2 in u); the cells equal in t keep the heavy end near t = 1/2 fine.  Upper bound:
-32 + 24 edges (about 49 cells: an edge in s near one in t is dropped): eps within +0.0030%
-(median), +0.057% (max) and -0.004% (min) of 96 cells equal in t over
-70 queries (eps0 0.1-8, n 1e2-1e8, delta 1e-6 and 1e-10; docs/mechanisms.md); 48 cells equal
-in s alone lost up to 0.9% (eps0 = 8, n = 1e3, eps near eps0).  Lower bound: 96 cells
-equal in t (adding the cells in s would refine them, but 244 components
-instead of 194 would lower the largest joint Laplace product built live from 6 parts to 5:
-limits.JOINT_WORK_MAX).  Any
-partition certifies:
-* upper: inside a cell G is replaced by the two-point law on the cell's extreme values with
-  the same conditional mean (a mean-preserving spread, so E[(sum)_+] can only grow: certified);
-* lower: inside a cell G is replaced by its conditional mean (a mean-preserving contraction).
-Both keep G affine in alpha, so a cell is one or two components (u, v, c).
+The upper bound is the blanket decomposition of the pair (0, 1), its continuous parts cut into
+cells each spread to a two-point law with the same mean; the lower bound is the Theorem 5 pair
+with reference x2 = 1/2, each cell contracted to its mean.  The law of G, why any partition
+certifies and why these cells: docs/soundness.md ("Laplace: cells of the continuous law").
 """
 
 from __future__ import annotations
@@ -40,7 +17,7 @@ from tablegen.mechanisms.base import Mechanism
 
 S_CELLS = 32  # cells equal in s = e^(-eps0 t), upper bound
 T_CELLS = 24  # cells equal in t, upper bound
-LOWER_T_CELLS = 96  # cells equal in t, lower bound (none in s: the engine-version-2 partition)
+LOWER_T_CELLS = 96  # cells equal in t, lower bound (none in s: fewer components for joint products)
 
 
 def _cells(eps0: float, t_cells: int, s_cells: int) -> tuple[np.ndarray, np.ndarray]:

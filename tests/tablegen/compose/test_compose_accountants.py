@@ -97,7 +97,7 @@ def test_exported_pld_dominates_the_exact_round_at_negative_and_positive_eps(eps
     for direction in (loss._pmf_remove, loss._pmf_add):
         got = np.asarray(direction.get_delta_for_epsilon(eps))
         assert np.all(got[eps >= 0] >= exact[eps >= 0])
-        assert np.all(got >= exact - pld.CURVE_ROUNDING)  # eps < 0: the accountants add it (module docstring)
+        assert np.all(got >= exact - pld.CURVE_ROUNDING)  # eps < 0: the accountants add it (docs/accounting.md)
         assert float(direction.get_delta_for_epsilon(0.0)) <= krr_exact(np.zeros(1), eps0, k)[0] + 1e-3
 
 
