@@ -39,7 +39,7 @@ def _plt():  # noqa: ANN202
 
 def _clones_plot(x: np.ndarray, generic: list[float], closed: list[float], rr_lower: list[float], xlabel: str,
                  title: str, out: Path) -> None:
-    """The three curves of hiding-among-the-clones Figure 2 against ``x``."""
+    """The three curves of Feldman-McMillan-Talwar (arXiv:2012.12803) Figure 2 against ``x``."""
     fig, ax = _plt().subplots(figsize=(6, 4))
     ax.loglog(x, generic, "-", label="generic, certified (Clones, numerical)")
     ax.loglog(x, closed, ":", label="Clones, Theoretical (Thm 3.1)")
@@ -58,7 +58,7 @@ def clones_vs_n(eps0: float, points: int, out: Path) -> list[str]:
     closed = [closed_form_eps(eps0, int(m), DELTA) for m in n]
     rr_lower = [eps_bounds("krr", eps0=eps0, n=int(m), delta=DELTA, k=2).lower for m in n]
     _clones_plot(n, generic, closed, rr_lower, "n (users)",
-                 f"eps0 = {eps0:g}, delta = 1e-6 (hiding-among-the-clones Fig 2)", out)
+                 f"eps0 = {eps0:g}, delta = 1e-6 (arXiv:2012.12803 Fig 2)", out)
     ok = all(g <= c for g, c in zip(generic, closed, strict=True)) and all(
         lo <= g for lo, g in zip(rr_lower, generic, strict=True))
     return [f"| {out.name} | eps0 = {eps0:g} | n = 1e5: {generic[0]:.4g} (closed form {closed[0]:.4g}, 2RR lower "
@@ -71,7 +71,7 @@ def clones_vs_eps0(points: int, out: Path) -> list[str]:
     generic = [eps_bounds("generic", eps0=float(e), n=10**6, delta=DELTA, lower=False).upper for e in eps0]
     closed = [min(closed_form_eps(float(e), 10**6, DELTA), float(e)) for e in eps0]
     rr_lower = [eps_bounds("krr", eps0=float(e), n=10**6, delta=DELTA, k=2).lower for e in eps0]
-    _clones_plot(eps0, generic, closed, rr_lower, "eps0", "n = 1e6, delta = 1e-6 (hiding-among-the-clones Fig 2c)",
+    _clones_plot(eps0, generic, closed, rr_lower, "eps0", "n = 1e6, delta = 1e-6 (arXiv:2012.12803 Fig 2c)",
                  out)
     ok = all(g <= c * (1 + 1e-12) for g, c in zip(generic, closed, strict=True))
     return [f"| {out.name} | n = 1e6 | eps0 = 0.01: {generic[0]:.4g} (closed form {closed[0]:.4g}); eps0 = 8: "

@@ -20,12 +20,11 @@ import math
 import numpy as np
 from scipy.special import gammaln, log_ndtr
 
-from lookup.chord import chord_eps
 from lookup.format import FLOAT_SLACK
 from tablegen import limits, validate
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
-from tablegen.engine.bounds import Bounds
+from tablegen.engine.bounds import Bounds, chord_eps
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import gaussian as law
 
@@ -190,7 +189,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     if a > 0:
         a, b = shrink_bracket(excess_over, a, da - delta, b, db - delta, rtol)
         da, db = excess_over(a) + delta, excess_over(b) + delta
-    upper = float(chord_eps(b, a, db, da, delta)) if a > 0 and math.isfinite(da) and da > delta >= db else b
+    upper = float(chord_eps(a, da, b, db, delta)) if a > 0 else b  # the engine's one chord rule, capped at b
     return Bounds(upper, _eps_lower(sigma, n, delta, upper) if lower else None, _detail(tried, plan))
 
 

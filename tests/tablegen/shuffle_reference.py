@@ -81,7 +81,7 @@ def expected_positive_part(values, probs, shift: float = 0.0) -> float:
 
 
 def table1_law(name: str, eps0: float, eps: float):
-    """Table 1 of general-clone-fft.txt: atoms 1-e^(eps0+eps), e^eps0-e^(eps0+eps), 1-e^eps, 0, e^eps0-e^eps."""
+    """Table 1 of arXiv:2504.07414: atoms 1-e^(eps0+eps), e^eps0-e^(eps0+eps), 1-e^eps, 0, e^eps0-e^eps."""
     b, a = math.exp(eps0), math.exp(eps)
     values = [1 - b * a, b - b * a, 1 - a, 0.0, b - a]
     if name == "blh" or name == "hr":
@@ -131,7 +131,7 @@ def krr_lower_laws(eps0: float, eps: float, k: int):
 
 
 def clone_law(eps0: float, eps: float):
-    """The 3-atom standard-clone law of docs/engine.md (hiding-among-the-clones Thm 3.2)."""
+    """The 3-atom standard-clone law of docs/engine.md (Feldman-McMillan-Talwar, arXiv:2012.12803, Thm 3.2)."""
     b, a = math.exp(eps0), math.exp(eps)
     return [2 * b * (b - a) / (b + 1), 2 * b * (1 - a * b) / (b + 1), 0.0], [1 / (2 * b), 1 / (2 * b), 1 - 1 / b]
 
@@ -288,7 +288,7 @@ def pair_divergence(matrix: np.ndarray, x0: int, x1: int, x2: int, n: int, eps: 
 
 
 def laplace_cdf_L(t: float, eps0: float, eps: float) -> float:
-    """Pr[L <= t] of general-clone-fft.txt Appendix C (L = gamma * G given the blanket component)."""
+    """Pr[L <= t] of Su-Cheng-Wang (arXiv:2504.07414) Appendix C (L = gamma * G given the blanket component)."""
     gamma = math.exp(-eps0 / 2)
     a = math.exp(eps)
     if t < gamma * (1 - math.exp(eps0 + eps)):

@@ -4,7 +4,7 @@
    every pair of datasets differing in user 1, and the hockey-stick divergence both ways.  The
    certified delta must be >= the worst case, the lower bound <= it.
 2. Exact (1/n) E[(G_1 + ... + G_n)_+] by enumeration of multinomial counts for the laws of G
-   written out from the papers (Table 1 of general-clone-fft.txt, the standard clone of
+   written out from the papers (Table 1 of Su-Cheng-Wang (arXiv:2504.07414), the standard clone of
    Su-Cheng-Wang arXiv:2504.07414, Theorem 5 laws), for n up to 150: the certified value is an upper bound and tight,
    the lower bound is below the exact value of its pair.
 """

@@ -2,7 +2,7 @@
 
 * every law (upper and lower) has mean 1 - e^eps, total mass 1, and upper laws lie in
   [1 - e^(eps0+eps), e^eps0 - e^eps];
-* the upper laws of krr/blh/hr/rappor/oue are Table 1 of general-clone-fft.txt, olh the
+* the upper laws of krr/blh/hr/rappor/oue are Table 1 of Su-Cheng-Wang (arXiv:2504.07414), olh the
   enumerated hashing blanket, generic the 3-atom clone law; lower laws are Theorem 5 laws
   enumerated by hand; joint = product, parallel = mixture, finite = blanket of the matrix;
 * Laplace: the discretised upper law is a mean-preserving spread of the paper's Appendix C law
