@@ -324,11 +324,16 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
 @click.option("--eps0-max", is_flag=True, help="largest eps0 per round for --rounds within --eps")
 @click.option("--compare", is_flag=True, help="also basic and advanced composition of the single-round eps")
 @SAMPLE_RATE
+@click.option("--sigma", type=str, default=None, help="gaussian: the noise's standard deviation, in [0.2, 50]")
 def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rounds: str | None, delta: str,
                     eps: str | None, rounds_max: bool, eps0_max: bool, compare: bool, noise_p: str | None,
-                    sample_rate: str | None, **raw: Any) -> None:
+                    sample_rate: str | None, sigma: str | None, **raw: Any) -> None:
     """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse;
     with --sample-rate q each user takes part in each round with probability q (docs/composition.md)."""
+    if mechanism == "gaussian" or sigma is not None:
+        return _compose_gaussian(mechanism, n, sigma, rounds, delta, as_json, eps0=eps0, eps=eps, p=noise_p,
+                                 sample_rate=sample_rate, rounds_max=rounds_max or None, eps0_max=eps0_max or None,
+                                 compare=compare or None, **raw)
     try:
         args = _compose_arguments(mechanism, n, eps0, rounds, delta, eps, rounds_max, eps0_max, noise_p, raw)
         if sample_rate is not None:
@@ -340,6 +345,30 @@ def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rou
     except ValueError as exc:
         _fail(exc)
     emit({**result, "certified": True, "mechanism": mechanism, **_plain(args)}, as_json)
+
+
+def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | None, delta: str, as_json: bool,
+                      **others: Any) -> None:
+    """T rounds of the shuffled Gaussian on bits (``compose.gaussian_eps``); the other questions and
+    options refused by name."""
+    from tablegen import compose
+
+    try:
+        if mechanism != "gaussian":
+            raise ValueError(f"--sigma is the noise of mechanism 'gaussian', not of {mechanism!r}")
+        given = sorted(name for name, value in others.items() if value is not None)
+        if given:
+            raise ValueError(f"compose of mechanism 'gaussian' takes no --{given[0].replace('_', '-')} (T rounds "
+                             "at --sigma: --rounds, --n, --delta)")
+        if sigma is None or rounds is None:
+            raise ValueError("compose of mechanism 'gaussian' needs --sigma and --rounds")
+        noise, users = _number("sigma", sigma), _number("n", n)
+        total = compose.checked_rounds(_number("rounds", rounds))
+        result = compose.gaussian_eps(sigma=noise, n=users, rounds=total, delta=_number("delta", delta))
+    except ValueError as exc:
+        _fail(exc)
+    emit({"eps": result.eps, "certified": True, "mechanism": "gaussian", "inputs": "bits", "sigma": noise,
+          "n": int(users), "rounds": total, "delta": result.delta}, as_json)
 
 
 def _compose_arguments(mechanism: str, n: str, eps0: str | None, rounds: str | None, delta: str, eps: str | None,

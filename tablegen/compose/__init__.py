@@ -20,6 +20,7 @@ from tablegen.compose.core import (
     eps_from_points,
     eps_from_round,
     eps_sequence,
+    gaussian_eps,
     one_round,
 )
 
@@ -40,4 +41,4 @@ def __getattr__(name: str) -> Any:
 
 # ACCOUNTING is left out: ``from tablegen.compose import *`` works without dp-accounting
 __all__ = ["MAX_ROUNDS", "Budget", "Composition", "Round", "checked_rounds", "eps", "eps0_max", "eps_from_points",
-           "eps_from_round", "eps_sequence", "one_round", "rounds_max"]
+           "eps_from_round", "eps_sequence", "gaussian_eps", "one_round", "rounds_max"]

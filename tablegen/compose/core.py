@@ -74,6 +74,25 @@ def eps_sequence(rounds: Sequence[Round], *, delta: float, points: int = POINTS)
     return _read(composite, total, delta)
 
 
+def gaussian_eps(*, sigma: float, n: int, rounds: int, delta: float, points: int = POINTS) -> Composition:
+    """Certified eps of ``rounds`` identical rounds of the shuffled Gaussian on bits (noise sd ``sigma``):
+    its certified profile (``tablegen.engine.gaussian.delta_curve``, symmetric in the pair's order)
+    made a PLD as any round's (profile.py; the top of the tail search is where the single-user bound,
+    valid for every n, is below ``profile.TAIL``)."""
+    from tablegen.compose.profile import TAIL
+    from tablegen.engine import gaussian
+
+    rounds, delta = checked_rounds(rounds), validate.open_unit("delta", delta)
+    points = validate.integer_at_least("points", points, 2, 10**5)
+
+    def profile(eps: np.ndarray) -> np.ndarray:
+        return gaussian.delta_curve(sigma, n, eps)
+
+    e_hi = tail_edge(profile, gaussian.single_user_eps(sigma, TAIL))
+    hull = envelope(*sample(profile, e_hi, e_hi / points, points), e_hi / points)
+    return _read(pld.self_composed(pld.connect_dots(hull), rounds), rounds, delta)
+
+
 def eps_from_round(single: pld.Composite, *, rounds: int, delta: float) -> Composition:
     """Certified eps of ``rounds`` identical rounds from one round's PLD (``one_round``): the value
     ``eps`` gives for the same round, without sampling its profile again (a cached round answers

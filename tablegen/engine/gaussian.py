@@ -212,6 +212,20 @@ def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]
     return a, da, float(grid[j]), float(values[j]), (plan if plan < len(tried) else -1), ranked
 
 
+def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
+    """Certified delta at each eps (the smallest bound over the plain clips of ``DELTA_LADDER``'s deltas,
+    the shifted plans and E[G_+]): the round's privacy profile, which bounds both orders of the pair
+    (y -> 1 - y exchanges them and maps the blanket law to itself)."""
+    sigma, n = _checked(sigma, n)
+    eps = np.asarray(eps, dtype=float)
+    return delta_upper(sigma, n, eps, plans(sigma, *DELTA_LADDER))[0]
+
+
+def single_user_eps(sigma: float, delta: float) -> float:
+    """An eps where E[G_+] <= delta (certified for every n): the top of a search."""
+    return _single_user_eps(sigma, delta)
+
+
 def _single_user_eps(sigma: float, delta: float) -> float:
     """An eps where E[G_+] <= delta (certified for every n): the top of the search."""
     eps = 1.0

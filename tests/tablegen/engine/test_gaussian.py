@@ -4,6 +4,7 @@ and a direct (uncertified, fine-lattice) FFT evaluation of the blanket bound."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -182,3 +183,23 @@ def test_the_side_by_side_quoted_in_the_docs_is_current() -> None:
     for sigma, n, ours, lower, _ in rows[:4]:
         b = gaussian.eps_bounds(float(sigma), int(float(n)), 1e-6)
         assert b.upper == pytest.approx(float(ours), rel=1e-5) and b.lower == pytest.approx(float(lower), rel=1e-5)
+
+
+def test_rounds_compose_between_the_composed_sums_and_basic_composition() -> None:
+    """T rounds: the T sums of the reports are one Gaussian mechanism at mu sqrt(T) (a lower bound on the
+    composed eps), and basic composition of T rounds at delta / T each is an upper bound."""
+    from tablegen import compose
+
+    sigma, n, delta = 2.0, 100_000, 1e-6
+    composed = {t: compose.gaussian_eps(sigma=sigma, n=n, rounds=t, delta=delta).eps for t in (10, 50)}
+    for t, value in composed.items():
+        mu = math.sqrt(t) / (sigma * math.sqrt(n))
+        assert _gaussian_mechanism_delta(mu, value) <= delta
+        assert value <= t * gaussian.eps_bounds(sigma, n, delta / t, lower=False).upper
+    assert composed[10] < composed[50]
+    out = CliRunner().invoke(main, ["compose", "--mechanism", "gaussian", "--sigma", "2", "--n", "1e5", "--rounds",
+                                    "10", "--delta", "1e-6", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output)["eps"] == pytest.approx(composed[10], rel=1e-9)
+    refused = CliRunner().invoke(main, ["compose", "--mechanism", "gaussian", "--sigma", "2", "--n", "1e5",
+                                        "--rounds", "10", "--delta", "1e-6", "--sample-rate", "0.5"])
+    assert refused.exit_code == 2 and "--sample-rate" in refused.output
