@@ -24,7 +24,7 @@ from lookup.format import FLOAT_SLACK
 from tablegen import limits, validate
 from tablegen.engine import lower as spectral_lower
 from tablegen.engine import spectral
-from tablegen.engine.bounds import Bounds, chord_eps
+from tablegen.engine.bounds import DELTA_FLOOR, Bounds, chord_eps
 from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import gaussian as law
 
@@ -143,7 +143,8 @@ def delta_bounds(sigma: float, n: int, eps: float, lower: bool = True) -> Bounds
     tried = plans(sigma, *DELTA_LADDER)
     upper, plan = delta_upper(sigma, n, grid, tried)
     low = float(delta_lower(sigma, n, grid)[0]) if lower else None
-    return Bounds(float(upper[0]), low, _detail(tried, int(plan[0])))
+    # the Gaussian's delta is never 0: a bound that underflowed is reported as DELTA_FLOOR (larger)
+    return Bounds(max(float(upper[0]), DELTA_FLOOR), low, _detail(tried, int(plan[0])))
 
 
 def _detail(tried: list[tuple[float, float]], plan: int) -> dict[str, object]:
@@ -218,7 +219,7 @@ def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
     (y -> 1 - y exchanges them and maps the blanket law to itself)."""
     sigma, n = _checked(sigma, n)
     eps = np.asarray(eps, dtype=float)
-    return delta_upper(sigma, n, eps, plans(sigma, *DELTA_LADDER))[0]
+    return np.maximum(delta_upper(sigma, n, eps, plans(sigma, *DELTA_LADDER))[0], DELTA_FLOOR)  # never 0
 
 
 def single_user_eps(sigma: float, delta: float) -> float:

@@ -203,3 +203,8 @@ def test_rounds_compose_between_the_composed_sums_and_basic_composition() -> Non
     refused = CliRunner().invoke(main, ["compose", "--mechanism", "gaussian", "--sigma", "2", "--n", "1e5",
                                         "--rounds", "10", "--delta", "1e-6", "--sample-rate", "0.5"])
     assert refused.exit_code == 2 and "--sample-rate" in refused.output
+
+
+def test_a_delta_that_underflows_is_reported_at_the_floor_not_zero() -> None:
+    """The Gaussian's delta is positive at every eps; far out it underflows and must not read 0."""
+    assert gaussian.delta_bounds(1.0, 5, 200.0).upper > 0
