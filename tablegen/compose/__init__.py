@@ -24,7 +24,8 @@ from tablegen.compose.core import (
     one_round,
 )
 
-ACCOUNTING = ("ShufflePLDAccountant", "ShuffleRDPAccountant", "ShuffledRoundEvent", "round_pld")
+ACCOUNTING = ("ShufflePLDAccountant", "ShuffleRDPAccountant", "ShuffledRoundEvent", "ShuffledGaussianRoundEvent",
+              "round_pld", "gaussian_round_pld")
 
 
 def __getattr__(name: str) -> Any:

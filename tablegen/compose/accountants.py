@@ -45,6 +45,15 @@ def round_pld(mechanism: str, *, eps0: float, n: int, sample_rate: float = 1.0,
     return _lift(PrivacyLossDistribution(composite.pmf), value_discretization_interval)
 
 
+def gaussian_round_pld(*, sigma: float, n: int, value_discretization_interval: float = DISCRETIZATION,
+                       points: int = POINTS) -> PrivacyLossDistribution:
+    """``round_pld`` for one round of the shuffled Gaussian on bits (each of n users reports its bit plus
+    N(0, sigma^2); tablegen.engine.gaussian): its certified profile, symmetric in the pair's order."""
+    composite = core.gaussian_lattice_round(sigma=sigma, n=n, discretization=value_discretization_interval,
+                                            points=points)
+    return _lift(PrivacyLossDistribution(composite.pmf), value_discretization_interval)
+
+
 def _lift(loss: PrivacyLossDistribution, discretization: float) -> PrivacyLossDistribution:
     """``loss`` mixed with weight eta into a point mass at +infinity: delta becomes
     delta + eta (1 - delta).  With c = CURVE_ROUNDING and d0 the computed delta at eps = 0,
@@ -123,6 +132,20 @@ class ShuffledRoundEvent(dp_event.DpEvent):
         return super().to_named_tuple()._replace(mechanism=self.mechanism)
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ShuffledGaussianRoundEvent(dp_event.DpEvent):
+    """One shuffled round of the Gaussian on bits: each of the n users (n public) reports its bit plus
+    N(0, sigma^2), and the reports are shuffled (``gaussian_round_pld``; docs/soundness.md, "Shuffled
+    Gaussian on bits").  Certified for substitution neighbours; ``ShufflePLDAccountant`` only (no Rényi
+    bound for it yet)."""
+
+    sigma: float
+    n: int
+
+
+ROUND_EVENTS = (ShuffledRoundEvent, ShuffledGaussianRoundEvent)
+
+
 def _refusal(accountant: Any, event: dp_event.DpEvent) -> ErrorDetails | None:
     """Why ``event`` (a shuffled round, or one inside a sampling event) cannot be accounted here."""
     if isinstance(event, SAMPLING) and _holds_round(event.event):
@@ -130,7 +153,10 @@ def _refusal(accountant: Any, event: dp_event.DpEvent) -> ErrorDetails | None:
                                    "dp-accounting (its sampled events take Gaussian or Laplace only); give the rate "
                                    "to the round itself: ShuffledRoundEvent(..., sample_rate=q) (Poisson sampling "
                                    "of users, certified)")
-    if isinstance(event, ShuffledRoundEvent) and accountant.neighboring_relation not in SUBSTITUTION:
+    if isinstance(event, ShuffledGaussianRoundEvent) and isinstance(accountant, ShuffleRDPAccountant):
+        return ErrorDetails(event, "a ShuffledGaussianRoundEvent has no certified Rényi bound yet: use "
+                                   "ShufflePLDAccountant")
+    if isinstance(event, ROUND_EVENTS) and accountant.neighboring_relation not in SUBSTITUTION:
         return ErrorDetails(event, "a ShuffledRoundEvent is certified for substitution neighbours (n public), not "
                                    f"{accountant.neighboring_relation}: construct the accountant with "
                                    "neighboring_relation=NeighboringRelation.REPLACE_SPECIAL (a Poisson-sampled "
@@ -139,7 +165,7 @@ def _refusal(accountant: Any, event: dp_event.DpEvent) -> ErrorDetails | None:
 
 
 def _holds_round(event: dp_event.DpEvent) -> bool:
-    if isinstance(event, ShuffledRoundEvent):
+    if isinstance(event, ROUND_EVENTS):
         return True
     if isinstance(event, dp_event.ComposedDpEvent):
         return any(_holds_round(e) for e in event.events)
@@ -155,7 +181,7 @@ class _Rounds:
 
     def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> ErrorDetails | None:
         refusal = _refusal(self, event)
-        if refusal is not None or not isinstance(event, ShuffledRoundEvent):
+        if refusal is not None or not isinstance(event, ROUND_EVENTS):
             return refusal or super()._maybe_compose(event, count, do_compose)  # type: ignore[misc]
         key = repr(event)
         if key not in self._rounds:
@@ -184,7 +210,10 @@ class ShufflePLDAccountant(_Rounds, pld_privacy_accountant.PLDAccountant):
         self._shift = 0.0
         self._rounds = {}
 
-    def _round(self, event: ShuffledRoundEvent) -> PrivacyLossDistribution:
+    def _round(self, event: ShuffledRoundEvent | ShuffledGaussianRoundEvent) -> PrivacyLossDistribution:
+        if isinstance(event, ShuffledGaussianRoundEvent):
+            return gaussian_round_pld(sigma=event.sigma, n=event.n,
+                                      value_discretization_interval=self._value_discretization_interval)
         return round_pld(event.mechanism, value_discretization_interval=self._value_discretization_interval,
                          **event.kwargs())
 

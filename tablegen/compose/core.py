@@ -79,18 +79,24 @@ def gaussian_eps(*, sigma: float, n: int, rounds: int, delta: float, points: int
     its certified profile (``tablegen.engine.gaussian.delta_curve``, symmetric in the pair's order)
     made a PLD as any round's (profile.py; the top of the tail search is where the single-user bound,
     valid for every n, is below ``profile.TAIL``)."""
-    from tablegen.compose.profile import TAIL
-    from tablegen.engine import gaussian
-
     rounds, delta = checked_rounds(rounds), validate.open_unit("delta", delta)
     points = validate.integer_at_least("points", points, 2, 10**5)
+    profile, top = _gaussian_profile(sigma, n)
+    e_hi = tail_edge(profile, top)
+    hull = envelope(*sample(profile, e_hi, e_hi / points, points), e_hi / points)
+    return _read(pld.self_composed(pld.connect_dots(hull), rounds), rounds, delta)
+
+
+def _gaussian_profile(sigma: float, n: int) -> tuple[Any, float]:
+    """(profile, top) of a round of the shuffled Gaussian: ``tablegen.engine.gaussian.delta_curve`` and the
+    single-user bound's eps at TAIL (valid for every n), where the tail search starts."""
+    from tablegen.compose.profile import TAIL
+    from tablegen.engine import gaussian
 
     def profile(eps: np.ndarray) -> np.ndarray:
         return gaussian.delta_curve(sigma, n, eps)
 
-    e_hi = tail_edge(profile, gaussian.single_user_eps(sigma, TAIL))
-    hull = envelope(*sample(profile, e_hi, e_hi / points, points), e_hi / points)
-    return _read(pld.self_composed(pld.connect_dots(hull), rounds), rounds, delta)
+    return profile, gaussian.single_user_eps(gaussian.law.check_sigma(sigma), TAIL)
 
 
 def eps_from_round(single: pld.Composite, *, rounds: int, delta: float) -> Composition:
@@ -173,10 +179,22 @@ def lattice_round(mechanism: str, *, eps0: float, n: int, discretization: float,
     profile sampled at about ``points`` multiples of ``discretization`` up to e_hi, as in
     ``compose_rounds`` (which picks its lattice itself)."""
     r = _checked([Round(mechanism, eps0, n, params, sample_rate=sample_rate)])[0]
+    return _on_lattice(r.profile, r.eps0, discretization, points)
+
+
+def gaussian_lattice_round(*, sigma: float, n: int, discretization: float, points: int = POINTS) -> pld.Composite:
+    """``lattice_round`` for one round of the shuffled Gaussian on bits (``gaussian_eps``'s profile)."""
+    profile, top = _gaussian_profile(sigma, n)
+    return _on_lattice(profile, top, discretization, points)
+
+
+def _on_lattice(profile: Any, top: float, discretization: float, points: int) -> pld.Composite:
+    """A round's PLD from its certified ``profile`` on the lattice ``discretization``, cut where the profile
+    is below TAIL (searched down from ``top``, whose delta is below it)."""
     discretization = validate.positive_finite("value_discretization_interval", discretization)
-    e_hi = tail_edge(r.profile, r.eps0)
+    e_hi = tail_edge(profile, top)
     if e_hi / discretization > MAX_LATTICE:  # the dense pmf and every FFT would hold that many values
         raise ValueError(f"value_discretization_interval={discretization!r} is too fine: the round's losses span "
                          f"[0, {e_hi:.4g}], more than {MAX_LATTICE:.0e} steps; take it >= {e_hi / MAX_LATTICE:.2g}")
     points = validate.integer_at_least("points", points, 2, 10**5)
-    return pld.connect_dots(envelope(*sample(r.profile, e_hi, discretization, points), discretization))
+    return pld.connect_dots(envelope(*sample(profile, e_hi, discretization, points), discretization))

@@ -212,3 +212,25 @@ def test_event_survives_dp_accountings_named_tuple_round_trip() -> None:
     form = event.to_named_tuple()
     assert form.events[0].mechanism == "krr"
     assert dp_accounting.DpEvent.from_named_tuple(form) == event
+
+
+def test_gaussian_rounds_in_the_pld_accountant_and_refused_elsewhere() -> None:
+    """Ten rounds of the shuffled Gaussian on bits: above the T sums of the reports (one Gaussian mechanism at
+    mu sqrt(T), exact delta from math.erfc), within 1% of tablegen's own composition of the same profile;
+    the RDP accountant and add/remove neighbours refuse the event by name."""
+    from tablegen.compose import ShuffledGaussianRoundEvent, ShufflePLDAccountant, ShuffleRDPAccountant
+
+    sigma, n, t, delta = 2.0, 100_000, 10, 1e-6
+    accountant = ShufflePLDAccountant()
+    accountant.compose(ShuffledGaussianRoundEvent(sigma, n), t)
+    value = accountant.get_epsilon(delta)
+    mu = math.sqrt(t) / (sigma * math.sqrt(n))
+
+    def phi_bar(x: float) -> float:
+        return 0.5 * math.erfc(x / math.sqrt(2))
+
+    assert phi_bar(value / mu - mu / 2) - math.exp(value) * phi_bar(value / mu + mu / 2) <= delta
+    assert value == pytest.approx(compose.gaussian_eps(sigma=sigma, n=n, rounds=t, delta=delta).eps, rel=0.01)
+    assert not ShuffleRDPAccountant().supports(ShuffledGaussianRoundEvent(sigma, n))
+    add_remove = ShufflePLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE)
+    assert not add_remove.supports(ShuffledGaussianRoundEvent(sigma, n))
