@@ -29,6 +29,7 @@ from tablegen.engine.search import shrink_bracket
 from tablegen.mechanisms import gaussian as law
 
 TAIL_SHARE = 1e-3  # the clip of plain plans leaves an excess E[Y] of at most this share of delta
+PLAIN_SHARES = (1.0, 10.0, 100.0, 300.0, 600.0, 970.0)  # eps_bounds' plain plans: excess up to these x 1e-3 delta
 CLIP_STEP = 0.25  # clips are multiples of this (in log u)
 CLIP_MAX = 20.0  # no clip above this: the spectral path loses its tilt there (docs/soundness.md)
 ENGINE_CLIPS = (3.0, 5.0, 7.0, 9.0, 11.0)  # clips of the shifted plans (where the excess needs the jump series)
@@ -173,7 +174,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     """
     sigma, n = _checked(sigma, n)
     delta = validate.open_unit("delta", delta)
-    tried = plans(sigma, delta)
+    tried = plans(sigma, *(delta * share for share in PLAIN_SHARES))
     top = _single_user_eps(sigma, delta)
     a, da, b, db, plan, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
     if a > 0:  # a second round inside the bracket: the plans best at its lower end, the best at finer shifts
