@@ -38,7 +38,7 @@ FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in th
 JUMPS = 40  # terms of the jump series before its remainder
 GRID = 8  # eps points of each round of a search
 SEARCH_FLOOR = 1e-9  # the search starts at this fraction of the single-user eps
-SECOND_ROUND = 3  # plans (the best at the bracket's lower end) evaluated again inside the bracket
+SECOND_ROUND = 4  # plans (the best at the bracket's ends, alternately) evaluated again inside the bracket
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
@@ -176,14 +176,14 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     delta = validate.open_unit("delta", delta)
     tried = plans(sigma, *(delta * share for share in PLAIN_SHARES))
     top = _single_user_eps(sigma, delta)
-    a, da, b, db, plan, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
-    if a > 0:  # a second round inside the bracket: the plans best at its lower end, the best at finer shifts
+    a, da, b, db, narrowing, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
+    if a > 0:  # a second round inside the bracket: the plans best at its ends, the best at finer shifts, the plain ones
         best = [tried[i] for i in ranked[:SECOND_ROUND]]
         if best and best[0][1] > 0:
             best += [(best[0][0], s) for s in FINER_SHIFTS]
-        tried = list(dict.fromkeys(best + [p for p in tried if p[1] == 0]))
-        a, da, b, db, plan, _ = _bracket(sigma, n, delta, tried, a, b, (a, da))
-    chosen = [tried[plan]] if plan >= 0 else []
+        tried = list(dict.fromkeys(best + [tried[i] for i in narrowing] + [p for p in tried if p[1] == 0]))
+        a, da, b, db, narrowing, _ = _bracket(sigma, n, delta, tried, a, b, (a, da))
+    chosen = [tried[i] for i in narrowing]
 
     def excess_over(eps: float) -> float:
         return float(delta_upper(sigma, n, np.array([eps]), chosen)[0][0]) - delta
@@ -192,15 +192,17 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
         a, b = shrink_bracket(excess_over, a, da - delta, b, db - delta, rtol)
         da, db = excess_over(a) + delta, excess_over(b) + delta
     upper = float(chord_eps(a, da, b, db, delta)) if a > 0 else b  # the engine's one chord rule, capped at b
-    return Bounds(upper, _eps_lower(sigma, n, delta, upper) if lower else None, _detail(tried, plan))
+    plan = int(delta_upper(sigma, n, np.array([b]), chosen)[1][0])
+    return Bounds(upper, _eps_lower(sigma, n, delta, upper) if lower else None, _detail(chosen, plan))
 
 
 def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], low: float, high: float,
              below: tuple[float, float] = (0.0, math.inf)
-             ) -> tuple[float, float, float, float, int, list[int]]:
-    """(a, delta at a, b, delta at b, plan certifying b, the plans ranked by their bound at a) from GRID
-    points of [low, high] with every plan: b the first point certified, a the point before it
-    (``below`` where b is the first point)."""
+             ) -> tuple[float, float, float, float, list[int], list[int]]:
+    """(a, delta at a, b, delta at b, the plans to narrow [a, b] with, the plans ranked) from GRID points
+    of [low, high] with every plan: b the first point certified, a the point before it (``below`` where b
+    is the first point).  Narrowing: the plan smallest at b and, of those certifying b, the one smallest
+    at a; ranked: the best at a and at b, alternately."""
     grid = np.geomspace(low, high, GRID)
     each = plan_values(sigma, n, grid, tried)
     values = each.min(axis=0) * (1 + FLOAT_SLACK)
@@ -209,9 +211,12 @@ def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]
         raise ValueError(f"no eps up to {high:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
     j = int(ok[0])
     a, da = (float(grid[j - 1]), float(values[j - 1])) if j else below
-    plan = int(np.argmin(each[:, j]))
-    ranked = [int(i) for i in np.argsort(each[:-1, j - 1 if j else j], kind="stable")]
-    return a, da, float(grid[j]), float(values[j]), (plan if plan < len(tried) else -1), ranked
+    before = j - 1 if j else j
+    certifying = np.flatnonzero(each[:, j] * (1 + FLOAT_SLACK) <= delta)
+    narrowing = {int(np.argmin(each[:, j])), int(certifying[np.argmin(each[certifying, before])])}
+    at_a, at_b = (np.argsort(each[:-1, k], kind="stable") for k in (before, j))
+    ranked = list(dict.fromkeys(int(i) for pair in zip(at_a, at_b, strict=True) for i in pair))
+    return a, da, float(grid[j]), float(values[j]), sorted(i for i in narrowing if i < len(tried)), ranked
 
 
 def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
