@@ -72,7 +72,8 @@ def jump_series(sigma: float, clip: float, n: int, b: np.ndarray) -> np.ndarray:
     value, error = law.exp_with_error(k * log_np - gammaln(k + 1) - np.maximum(users - k, 0) * p_low)
     weight = value * (1 + error)
     terms = law.excess(sigma, clip, b[..., None] / (k + 1)) * weight
-    rest = math.exp(min(JUMPS * log_np - float(gammaln(JUMPS + 1)), 0.0)) * float(law.excess(sigma, clip))
+    tail, tail_error = law.exp_with_error(min(JUMPS * log_np - float(gammaln(JUMPS + 1)), 0.0))
+    rest = min(float(tail) * (1 + float(tail_error)), 1.0) * float(law.excess(sigma, clip))
     return terms.sum(axis=-1) + rest
 
 
