@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr
+from scipy.special import gammaln
 
 from lookup.format import FLOAT_SLACK
 from tablegen import limits, validate
@@ -80,10 +80,7 @@ def jump_series(sigma: float, clip: float, n: int, b: np.ndarray) -> np.ndarray:
 def single_user(sigma: float, eps: np.ndarray) -> np.ndarray:
     """E[G_+] of the unclipped blanket law: the Gaussian mechanism's delta at mu = 1 / sigma, pushed up;
     (1/n) E[(sum G_i)_+] <= E[G_+] for every n."""
-    mu = 1.0 / sigma
-    first = law.exp_with_error(log_ndtr(mu / 2 - eps / mu))
-    second = law.exp_with_error(eps + log_ndtr(-mu / 2 - eps / mu))
-    return np.maximum(first[0] - second[0], 0.0) + first[0] * first[1] + second[0] * second[1]
+    return law.gaussian_mechanism_delta(1.0 / sigma, eps, up=True)
 
 
 def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float) -> np.ndarray:
@@ -176,7 +173,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     sigma, n = _checked(sigma, n)
     delta = validate.open_unit("delta", delta)
     tried = plans(sigma, *(delta * share for share in PLAIN_SHARES))
-    top = _single_user_eps(sigma, delta)
+    top = single_user_eps(sigma, delta)
     a, da, b, db, narrowing, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
     if a > 0:  # a second round inside the bracket: the plans best at its ends, the best at finer shifts, the plain ones
         best = [tried[i] for i in ranked[:SECOND_ROUND]]
@@ -231,11 +228,6 @@ def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
 
 def single_user_eps(sigma: float, delta: float) -> float:
     """An eps where E[G_+] <= delta (certified for every n): the top of a search."""
-    return _single_user_eps(sigma, delta)
-
-
-def _single_user_eps(sigma: float, delta: float) -> float:
-    """An eps where E[G_+] <= delta (certified for every n): the top of the search."""
     eps = 1.0
     while single_user(sigma, np.array([eps]))[0] > delta:
         eps *= 2

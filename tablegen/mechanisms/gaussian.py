@@ -163,11 +163,18 @@ def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
 
 
 def sum_delta(sigma: float, n: int, eps: np.ndarray | float) -> np.ndarray:
-    """Delta of the Gaussian mechanism with sensitivity 1 and noise sd sigma sqrt(n) (the sum of the
-    outputs): Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), mu = 1 / (sigma sqrt n) (arXiv:1805.06530
-    Theorem 8); pushed down by its rounding (a lower bound)."""
-    mu = 1.0 / (sigma * math.sqrt(n))
+    """Delta of the sum of the outputs, N(sum x, n sigma^2): the Gaussian mechanism at mu = 1 / (sigma sqrt n),
+    pushed down (a lower bound on the shuffled delta)."""
+    return gaussian_mechanism_delta(1.0 / (sigma * math.sqrt(n)), eps, up=False)
+
+
+def gaussian_mechanism_delta(mu: float, eps: np.ndarray | float, up: bool) -> np.ndarray:
+    """Delta of N(mu, 1) against N(0, 1): Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) (arXiv:1805.06530
+    Theorem 8), each term's rounding pushed up (``up``) or down."""
     eps = np.asarray(eps, dtype=float)
     first = exp_with_error(log_ndtr(mu / 2 - eps / mu))
     second = exp_with_error(eps + log_ndtr(-mu / 2 - eps / mu))
-    return np.maximum(first[0] - second[0] - first[0] * first[1] - second[0] * second[1], 0.0)
+    error = first[0] * first[1] + second[0] * second[1]
+    if up:
+        return np.maximum(first[0] - second[0], 0.0) + error
+    return np.maximum(first[0] - second[0] - error, 0.0)
