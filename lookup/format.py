@@ -25,6 +25,7 @@ MAX_MANIFEST_BYTES = 1 << 20
 N_LIMIT = 10**18  # the largest n
 EPS0_MIN = 1e-6  # the smallest eps0: below it the engine's double-precision laws are not certified
 EPS0_MIN_TEXT = f">= {EPS0_MIN:g}"  # how every message and help text states it
+SIGMA_MIN, SIGMA_MAX = 0.2, 50.0  # the Gaussian's noise sd answered (units of the input range)
 
 # the mechanisms a query names -> (required, optional) parameters: the engine's registry
 # (tablegen.mechanisms) and the closed form (a test keeps them equal)

@@ -15,12 +15,12 @@ import math
 from typing import Any
 
 from lookup.answer import live as live_engine
+from lookup.format import SIGMA_MAX, SIGMA_MIN
 
 NAME = "gaussian"
 PARAMS = ("sigma", "inputs")  # its parameters (no other mechanism takes them)
 INPUTS = ("bits", "unit")
 DEFAULT_INPUTS = "bits"
-SIGMA_MIN, SIGMA_MAX = 0.2, 50.0  # tablegen.mechanisms.gaussian's, what the engine certifies (a test keeps them equal)
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
 SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
 UNIT_REFUSED = ("inputs=unit is not certified yet: the pair (0, 1) is not proved the worst pair for inputs in "

@@ -22,11 +22,9 @@ import math
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from lookup.format import UNIT_ROUNDOFF
+from lookup.format import SIGMA_MAX, SIGMA_MIN, UNIT_ROUNDOFF
 from tablegen.decomposition import Decomposition
 
-SIGMA_MIN = 0.2  # the range of sigma answered (in units of the input range)
-SIGMA_MAX = 50.0
 CELLS = 80  # cells of t = log u per half of the blanket (4 CELLS + 3 components: the spectral path's size)
 LOWER_CELLS = 160  # cells of t per exact pair (lower bound)
 LOWER_CLIP = 14.0  # the exact pairs' cells of t stop at this |t| (their end cells are infinite)
