@@ -139,6 +139,16 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
     emit(result, as_json)
 
 
+def _gaussian_only(mechanism: str, others: dict[str, Any], who: str, why: str) -> None:
+    """ValueError where --sigma comes with another mechanism, or gaussian with an option of the others
+    (``others``: option name -> value, None where not given), named."""
+    if mechanism != "gaussian":
+        raise ValueError(f"--sigma is the noise of mechanism 'gaussian', not of {mechanism!r}")
+    given = sorted(name for name, value in others.items() if value is not None)
+    if given:
+        raise ValueError(f"{who} takes no --{given[0].replace('_', '-')} ({why})")
+
+
 def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, delta: str | None, eps: str | None,
                       lower: bool, as_json: bool, **others: Any) -> None:
     """gaussian: x + N(0, sigma^2) on bits (tablegen.engine.gaussian); the options of the other
@@ -146,12 +156,8 @@ def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, de
     from tablegen.engine import gaussian
 
     try:
-        if mechanism != "gaussian":
-            raise ValueError(f"--sigma is the noise of mechanism 'gaussian', not of {mechanism!r}")
-        given = sorted(name for name, value in others.items() if value is not None)
-        if given:
-            raise ValueError(f"mechanism 'gaussian' takes no --{given[0].replace('_', '-')} (its privacy comes from "
-                             "--sigma, the noise's standard deviation)")
+        _gaussian_only(mechanism, others, "mechanism 'gaussian'", "its privacy comes from --sigma, the noise's "
+                       "standard deviation")
         if inputs != "bits":
             raise ValueError("--inputs unit is not certified yet: the pair (0, 1) is not proved the worst pair for "
                              "inputs in [0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use --inputs bits")
@@ -354,12 +360,8 @@ def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | N
     from tablegen import compose
 
     try:
-        if mechanism != "gaussian":
-            raise ValueError(f"--sigma is the noise of mechanism 'gaussian', not of {mechanism!r}")
-        given = sorted(name for name, value in others.items() if value is not None)
-        if given:
-            raise ValueError(f"compose of mechanism 'gaussian' takes no --{given[0].replace('_', '-')} (T rounds "
-                             "at --sigma: --rounds, --n, --delta)")
+        _gaussian_only(mechanism, others, "compose of mechanism 'gaussian'", "T rounds at --sigma: --rounds, --n, "
+                       "--delta")
         if sigma is None or rounds is None:
             raise ValueError("compose of mechanism 'gaussian' needs --sigma and --rounds")
         noise, users = _number("sigma", sigma), _number("n", n)
