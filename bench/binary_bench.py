@@ -12,7 +12,6 @@ Parts (``python -m bench binary [--only PART ...] [--quick]``):
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -20,7 +19,6 @@ import time
 
 from bench import common
 
-PARTS = ("table", "time")
 DELTA = 1e-8
 # (eps0, n) -> exact eps at delta 1e-8 from the oracle
 EXACT = {(1.0, 10**4): 0.0470123, (2.0, 10**4): 0.112655, (4.0, 10**4): 0.404521, (1.0, 10**5): 0.0138795,
@@ -64,12 +62,7 @@ def part_time(quick: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench binary", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--quick", action="store_true", help="small sizes only, printed")
-    args = parser.parse_args(argv)
-    for part in args.only:
-        {"table": part_table, "time": part_time}[part](args.quick)
+    common.print_parts("binary", __doc__, {"table": part_table, "time": part_time}, argv)
 
 
 if __name__ == "__main__":

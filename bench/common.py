@@ -49,6 +49,17 @@ def parser(section: str, doc: str, parts: dict[str, Part]) -> argparse.ArgumentP
     return p
 
 
+def print_parts(section: str, doc: str, parts: dict[str, Callable[[bool], None]], argv: Sequence[str] | None) -> None:
+    """The ``main`` of a section that only prints (``PRINT_ONLY`` in bench/__main__.py, whose dispatcher
+    records it): ``--only`` and ``--quick``, the chosen parts run in order."""
+    p = argparse.ArgumentParser(prog=f"python -m bench {section}", description=doc.split("\n\n")[0])
+    p.add_argument("--only", nargs="+", choices=list(parts), default=list(parts))
+    p.add_argument("--quick", action="store_true", help="small sizes only, printed")
+    args = p.parse_args(argv)
+    for name in args.only:
+        parts[name](args.quick)
+
+
 def run(section: str, parts: dict[str, Part], args: argparse.Namespace, argv: Sequence[str] | None) -> None:
     """Run the chosen parts in order, print each and record it (see the module docstring)."""
     target = None if args.no_record else args.results or (None if args.quick else RESULTS)

@@ -13,13 +13,13 @@ Parts (``python -m bench gaussian [--only PART ...] [--quick]``):
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 
-PARTS = ("compare", "table", "time")
+from bench import common
+
 # (sigma, n) -> (FMT21 Thm 3.8, Renyi route arXiv:2206.03151, blanket approximate), delta 1e-6, as published
 PUBLISHED = {(1.0, 10**4): ("infeasible", 0.589, 0.062), (1.0, 10**5): ("infeasible", 0.464, 0.017),
              (1.0, 10**6): ("infeasible", 0.367, 0.0049), (2.0, 10**4): (0.925, "-", "-"),
@@ -78,12 +78,7 @@ def part_time(quick: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench gaussian", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--quick", action="store_true", help="small sizes only, printed")
-    args = parser.parse_args(argv)
-    for part in args.only:
-        {"compare": part_compare, "table": part_table, "time": part_time}[part](args.quick)
+    common.print_parts("gaussian", __doc__, {"compare": part_compare, "table": part_table, "time": part_time}, argv)
 
 
 if __name__ == "__main__":
