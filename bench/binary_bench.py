@@ -12,9 +12,6 @@ Parts (``python -m bench binary [--only PART ...] [--quick]``):
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 from bench import common
@@ -50,12 +47,8 @@ def part_time(quick: bool) -> None:
     print("| n | eps0 | seconds | target | eps | eps_lower |\n|---|---|---|---|---|---|")
     for n in ((10**4,) if quick else (10**4, 10**7, 10**9)):
         for eps0 in (1.0, 4.0):
-            start = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "tablegen.cli", "compute", "--mechanism", "krr", "--k", "2",
-                                  "--eps0", str(eps0), "--n", str(n), "--delta", str(DELTA), "--json"],
-                                 capture_output=True, text=True, check=True)
-            seconds = time.perf_counter() - start
-            answer = json.loads(out.stdout)
+            seconds, answer = common.timed_compute("--mechanism", "krr", "--k", "2", "--eps0", str(eps0), "--n", str(n),
+                                                   "--delta", str(DELTA))
             print(f"| {n:.0e} | {eps0:g} | {seconds:.2f} | <= {10 if n > 10**7 else 2} | {answer['eps']:.6g} "
                   f"| {answer['eps_lower']:.6g} |")
     print()

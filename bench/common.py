@@ -16,6 +16,7 @@ end of its ``## section`` heading's text, else at the end of the file under a ne
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -58,6 +59,14 @@ def print_parts(section: str, doc: str, parts: dict[str, Callable[[bool], None]]
     args = p.parse_args(argv)
     for name in args.only:
         parts[name](args.quick)
+
+
+def timed_compute(*options: str) -> tuple[float, dict[str, Any]]:
+    """(whole-process seconds, JSON answer) of ``tablegen compute OPTIONS --json`` in a fresh interpreter."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "tablegen.cli", "compute", *options, "--json"], capture_output=True,
+                         text=True, check=True)
+    return time.perf_counter() - start, json.loads(out.stdout)
 
 
 def run(section: str, parts: dict[str, Part], args: argparse.Namespace, argv: Sequence[str] | None) -> None:

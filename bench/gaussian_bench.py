@@ -13,9 +13,6 @@ Parts (``python -m bench gaussian [--only PART ...] [--quick]``):
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 from bench import common
@@ -66,12 +63,8 @@ def part_time(quick: bool) -> None:
     print("| sigma | n | seconds | eps | eps_lower | bound |\n|---|---|---|---|---|---|")
     for sigma in ((1.0,) if quick else (0.2, 0.5, 1.0, 10.0, 50.0)):
         for n in ((10**4,) if quick else (10**3, 10**6, 10**9)):
-            start = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "tablegen.cli", "compute", "--mechanism", "gaussian",
-                                  "--sigma", str(sigma), "--n", str(n), "--delta", "1e-6", "--json"],
-                                 capture_output=True, text=True, check=True)
-            seconds = time.perf_counter() - start
-            answer = json.loads(out.stdout)
+            seconds, answer = common.timed_compute("--mechanism", "gaussian", "--sigma", str(sigma), "--n", str(n),
+                                                   "--delta", "1e-6")
             print(f"| {sigma:g} | {n:.0e} | {seconds:.2f} | {answer['eps']:.6g} | {answer['eps_lower']:.6g} "
                   f"| {answer['bound']} |")
     print()
