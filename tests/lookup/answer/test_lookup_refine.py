@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -430,6 +431,17 @@ def test_a_delta_refinement_publishes_the_engines_lower_bound_where_larger(table
         assert a.lower >= 0.5 * max(exact_delta(*law_, n) for law_ in krr_lower_laws(eps0, eps, 3))  # near the pairs
 
 
+def _smallest_certified(point: dict[str, float], params: dict[str, Any]) -> float:
+    """The smallest eps in [0.5, 1.5] the engine certifies at ``point`` (k-RR), by bisection on its own check
+    (the upper end of the final bracket)."""
+    low, high = 0.5, 1.5
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = ((low, middle) if lookup.answer.live.certifies("krr", {**point, "eps": middle}, params)
+                     else (middle, high))
+    return high
+
+
 @pytest.mark.parametrize(("steps", "searched"), [(0.5, False), (1.5, False), (6.5, True)])
 def test_a_high_estimate_is_certified_downwards(monkeypatch: pytest.MonkeyPatch, steps: float, searched: bool) -> None:
     """An estimate above the engine's eps (its low end certified): candidates walk down (TIERS
@@ -438,11 +450,7 @@ def test_a_high_estimate_is_certified_downwards(monkeypatch: pytest.MonkeyPatch,
     full search; an estimate further off ends in the search, certified too.  ``steps``: how many
     steps of the bracket the estimate's low end lies above the smallest eps the engine certifies."""
     point, params = {"eps0": 1.5, "n": 50.0, "delta": 1e-6}, {"k": 3}
-    low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
-    for _ in range(40):
-        middle = (low + high) / 2
-        low, high = ((low, middle) if lookup.answer.live.certifies("krr", {**point, "eps": middle}, params)
-                     else (middle, high))
+    high = _smallest_certified(point, params)
     estimate = high * (1 + refine.STEP) ** (steps + 0.5)
     search, calls = lookup.answer.live.eps_upper, []
     monkeypatch.setattr(lookup.answer.live, "eps_upper", lambda *args: calls.append(args) or search(*args))
@@ -459,11 +467,7 @@ def test_a_quick_refinement_is_one_certified_evaluation(monkeypatch: pytest.Monk
     is certified (certified by the exact sum of the k-RR upper law), its slack unknown; an
     estimate whose inflation the engine refuses goes on to the bracket (a measured slack)."""
     point, params = {"eps0": 1.5, "n": 50.0, "delta": 1e-6}, {"k": 3}
-    low, high = 0.5, 1.5  # the smallest certified eps, by bisection on the engine's own check
-    for _ in range(40):
-        middle = (low + high) / 2
-        low, high = ((low, middle) if lookup.answer.live.certifies("krr", {**point, "eps": middle}, params)
-                     else (middle, high))
+    high = _smallest_certified(point, params)
     estimate = high * above / np.sqrt(1 + refine.STEP)  # its inflation: above x the smallest certified eps
     check, calls = lookup.answer.live.certifies, []
     monkeypatch.setattr(lookup.answer.live, "certifies", lambda *args: calls.append(args) or check(*args))
