@@ -241,14 +241,15 @@ def _eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
 
 
 def sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
-    """The largest eps found by bisection whose sum-of-outputs delta is above delta (0 if none)."""
-    a, b = 0.0, upper
-    if law.sum_delta(sigma, n, 0.0) <= delta:
-        return 0.0
-    for _ in range(60):
-        mid = (a + b) / 2
-        a, b = (mid, b) if law.sum_delta(sigma, n, mid) > delta else (a, mid)
-    return a
+    """The largest eps found in [0, upper] whose sum-of-outputs delta is above delta (0 if none): the
+    evaluated lower end of a bracket (``shrink_bracket``)."""
+    def above(eps: float) -> float:
+        return float(law.sum_delta(sigma, n, eps)) - delta
+
+    at_zero, at_upper = above(0.0), above(upper)
+    if at_zero <= 0 or at_upper > 0:
+        return 0.0 if at_zero <= 0 else upper
+    return shrink_bracket(above, 0.0, at_zero, upper, at_upper, rtol=1e-12, max_evals=200)[0]
 
 
 def _pairs_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
