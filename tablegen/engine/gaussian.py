@@ -9,7 +9,8 @@ v, Y = (u - U)_+ >= 0, and for every s >= 0, with b = n s (alpha - 1),
 
 J' ~ Bin(n - 1, P(Y > 0)).  Every plan (L, s) gives a bound; so does E[G_+] (the n = 1 value); the
 smallest is answered.  Lower bound: the exact pair "others at 0" (Theorem 5 of arXiv:2504.07414) on
-the spectral lower path, and the sum of the outputs (a Gaussian mechanism).  Proofs:
+the spectral lower path, the largest report of that pair exceeding a threshold (closed form), and the
+sum of the outputs (a Gaussian mechanism).  Proofs:
 docs/soundness.md, "Shuffled Gaussian".
 """
 
@@ -108,12 +109,13 @@ def delta_upper(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, 
 
 
 def delta_lower(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
-    """The larger of the sum of the outputs' delta and the exact pairs' lower bounds on the spectral
-    lower path (a pair it declines counts 0: a lower bound too, in milliseconds; the FFT path would
-    take seconds there)."""
+    """The largest of the sum of the outputs' delta, the largest report's (``law.largest_report_delta`` on
+    ``law.LARGEST_Z``) and the exact pairs' lower bounds on the spectral lower path (a pair it declines
+    counts 0: a lower bound too, in milliseconds; the FFT path would take seconds there)."""
     out = law.sum_delta(sigma, n, eps)
     if n == 1:
         return out
+    out = np.maximum(out, law.largest_report_delta(sigma, n, eps[None, :], law.LARGEST_Z[:, None]).max(axis=0))
     for d in law.exact_pairs(sigma):
         try:
             value = spectral_lower.delta_lower(d, eps, np.full(eps.shape, n))
@@ -134,7 +136,7 @@ def delta_bounds(sigma: float, n: int, eps: float, lower: bool = True) -> Bounds
         sigma: the noise's standard deviation in units of the input range, in [SIGMA_MIN, SIGMA_MAX].
         n: users.
         eps: eps >= 0.
-        lower: also the lower bound (the exact pair "others at 0" and the sum of the outputs).
+        lower: also the lower bound (``delta_lower``).
     """
     sigma, n = _checked(sigma, n)
     eps = validate.nonnegative_finite("eps", eps)
@@ -236,8 +238,34 @@ def single_user_eps(sigma: float, delta: float) -> float:
 
 def _eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
     """The largest eps found in (0, upper] whose lower bound on delta is above delta (0 if none), at
-    least the sum of the outputs' eps."""
-    return max(_pairs_eps_lower(sigma, n, delta, upper), sum_eps_lower(sigma, n, delta, upper))
+    least the sum of the outputs' eps and the largest report's."""
+    return max(_pairs_eps_lower(sigma, n, delta, upper), sum_eps_lower(sigma, n, delta, upper),
+               largest_report_eps(sigma, n, delta) if n > 1 else 0.0)
+
+
+def largest_report_eps(sigma: float, n: int, delta: float) -> float:
+    """The largest eps found whose ``law.largest_report_delta`` is above delta at some threshold (0 if
+    none): at each threshold the bound is A (t1 - alpha t0) - (alpha - 1) (1 - A), so delta is reached at
+    alpha = (A t1 + 1 - A - delta) / (A t0 + 1 - A) (in floating point: only to choose the threshold, on
+    LARGEST_Z and twice on finer grids around the best); the answer is then checked with the bound itself,
+    stepped down until it holds."""
+    z = law.LARGEST_Z
+    for _ in range(3):
+        t0, t1 = law.normal_mass(z, np.inf), law.normal_mass(z - 1.0 / sigma, np.inf)
+        log_a = (n - 1.0) * np.log1p(-t0)
+        a, not_a = np.exp(log_a), -np.expm1(log_a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eps = np.log((a * t1 + not_a - delta) / (a * t0 + not_a))
+        eps = np.where(np.isfinite(eps), eps, -np.inf)
+        best = int(np.argmax(eps))
+        step = z[1] - z[0]
+        z = np.linspace(z[best] - step, z[best] + step, 41)
+    z_best, eps_best = float(z[20]), float(eps[best])
+    for shrink in (1e-9, 1e-6, 1e-3, 3e-2):
+        trial = eps_best * (1 - shrink)
+        if trial > 0 and law.largest_report_delta(sigma, n, trial, z_best)[()] > delta:
+            return trial
+    return 0.0
 
 
 def sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:

@@ -12,7 +12,10 @@ pushed the safe way; the proofs are in docs/soundness.md, "Shuffled Gaussian".
 * ``exact_pairs``: the pair "the other users at 0, the target 0 or 1" (arXiv:2504.07414 Theorem 5),
   each cell contracted to its conditional mean (a lower bound);
 * ``sum_delta``: the sum of the outputs is N(sum x, n sigma^2), so the Gaussian mechanism at
-  mu = 1 / (sigma sqrt n) is a lower bound (Balle-Wang, arXiv:1805.06530, Theorem 8).
+  mu = 1 / (sigma sqrt n) is a lower bound (Balle-Wang, arXiv:1805.06530, Theorem 8);
+* ``largest_report_delta``: whether the largest report exceeds a threshold, for the pair "others at 0,
+  the target 1 against 0": closed form, a lower bound (the single report far in the tail that decides
+  the blanket bound where n or delta is small).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ LOWER_CLIP = 14.0  # the exact pairs' cells of t stop at this |t| (their end cel
 # relative error bound assumed of scipy's ndtr / log_ndtr and of one exp or expm1 (tested against mpmath
 # down to 1e-290 in tests/tablegen/test_gaussian.py); ``normal_mass_with_error`` builds on it
 NORMAL_RTOL = 16 * UNIT_ROUNDOFF
+# thresholds z = tau / sigma of ``largest_report_delta`` a search tries: Q(37) ~ 6e-300 is still a normal
+# double, so no tail mass computed there underflows to 0
+LARGEST_Z = np.linspace(-2.0, 37.0, 391)
 
 
 def check_sigma(sigma: float) -> float:
@@ -176,3 +182,28 @@ def gaussian_mechanism_delta(mu: float, eps: np.ndarray | float, up: bool) -> np
     if up:
         return np.maximum(first[0] - second[0], 0.0) + error
     return np.maximum(first[0] - second[0] - error, 0.0)
+
+
+def largest_report_delta(sigma: float, n: int, eps: np.ndarray | float, z: np.ndarray | float) -> np.ndarray:
+    """A lower bound on the shuffled delta at eps: the event "the largest report exceeds tau = sigma z" for
+    the datasets "others at 0, the target 1" (P1) against "the target 0" (P0), a function of the shuffled
+    multiset (post-processing):
+
+        P1(max > tau) - e^eps P0(max > tau) = A (t1 - e^eps t0) - (e^eps - 1) (1 - A),
+
+    t0 = Q(z), t1 = Q(z - 1/sigma), A = (1 - t0)^(n - 1) (Q the standard normal's upper tail).  It only
+    falls as t1 falls or t0 rises (where it is positive), so t1 is pushed down (its argument up) and t0 up
+    by their error bounds; A and 1 - A (log1p, exp, expm1) carry 16 u (1 + |log A|), every other product
+    16 u, each term pushed the way that lowers the bound (docs/soundness.md, "Shuffled Gaussian", 6 (c)).
+    ``eps`` and ``z`` broadcast against each other."""
+    eps, z = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(z, dtype=float))
+    u = UNIT_ROUNDOFF
+    shifted = (z - 1.0 / sigma) + 4 * u * (np.abs(z) + 1.0 / sigma)  # rounded up: t1 only smaller
+    t0, e0 = normal_mass_with_error(z, np.inf)
+    t1, e1 = normal_mass_with_error(shifted, np.inf)
+    log_a = (n - 1.0) * np.log1p(-np.minimum(t0 * (1 + e0), 1.0))
+    err = 16 * u * (1 + np.abs(log_a))
+    a, not_a = np.exp(log_a), -np.expm1(log_a)
+    gain = a * t1 * (1 - e1) * (1 - err - 16 * u)
+    cost = (a * np.exp(eps) * t0 * (1 + e0) + np.expm1(eps) * not_a) * (1 + err + 16 * u)
+    return np.maximum(gain - cost, 0.0) * (1 - 4 * u)
