@@ -93,8 +93,14 @@ def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float)
 
 
 def plan_values(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]]) -> np.ndarray:
-    """Each plan's bound at each eps (rows: ``tried``, then E[G_+]); a NaN proves nothing: infinite."""
-    values = np.array([plan_delta(sigma, n, eps, c, s) for c, s in tried] + [single_user(sigma, eps)])
+    """Each plan's bound at each eps (rows: ``tried``, then E[G_+]); a NaN proves nothing: infinite.  Where
+    E[G_+] is at most DELTA_FLOOR, to which every answer is raised, the plans are not evaluated (infinite)."""
+    single = single_user(sigma, eps)
+    live = single > DELTA_FLOOR
+    values = np.full((len(tried) + 1, eps.size), np.inf)
+    values[-1] = single
+    if live.any() and tried:
+        values[:-1, live] = [plan_delta(sigma, n, eps[live], c, s) for c, s in tried]
     return np.where(np.isnan(values), np.inf, values)
 
 
@@ -174,6 +180,8 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     """
     sigma, n = _checked(sigma, n)
     delta = validate.open_unit("delta", delta)
+    if delta < DELTA_FLOOR:  # bounds are raised to it, and a term below every double is counted 0
+        raise ValueError(f"delta must be in [{DELTA_FLOOR:g}, 1) for the Gaussian, got delta={delta!r}")
     tried = plans(sigma, *(delta * share for share in PLAIN_SHARES))
     top = single_user_eps(sigma, delta)
     a, da, b, db, narrowing, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)

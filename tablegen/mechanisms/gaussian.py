@@ -142,9 +142,12 @@ def excess(sigma: float, clip_log: float, a: np.ndarray | float = 0.0) -> np.nda
 
 def exp_with_error(log_value: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
     """e^x for x computed with absolute error NORMAL_RTOL (|x| + 1), and the relative error bound of the
-    result (the exp's own rounding included)."""
+    result (the exp's own rounding included).  At x = -inf (a term below every double, e.g. an argument that
+    overflowed) the value is 0 with no relative error: it is below DELTA_FLOOR, to which upper bounds are
+    raised."""
     x = np.asarray(log_value, dtype=float)
-    return np.exp(x), NORMAL_RTOL * (np.abs(x) + 3) * 2
+    with np.errstate(invalid="ignore"):
+        return np.exp(x), np.where(np.isneginf(x), 0.0, NORMAL_RTOL * (np.abs(x) + 3) * 2)
 
 
 def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
@@ -206,4 +209,4 @@ def largest_report_delta(sigma: float, n: int, eps: np.ndarray | float, z: np.nd
     a, not_a = np.exp(log_a), -np.expm1(log_a)
     gain = a * t1 * (1 - e1) * (1 - err - 16 * u)
     cost = (a * np.exp(eps) * t0 * (1 + e0) + np.expm1(eps) * not_a) * (1 + err + 16 * u)
-    return np.maximum(gain - cost, 0.0) * (1 - 4 * u)
+    return np.maximum(np.nan_to_num(gain - cost, nan=0.0), 0.0) * (1 - 4 * u)  # a NaN proves nothing: 0

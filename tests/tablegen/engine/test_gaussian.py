@@ -210,6 +210,19 @@ def test_a_delta_that_underflows_is_reported_at_the_floor_not_zero() -> None:
     assert gaussian.delta_bounds(1.0, 5, 200.0).upper > 0
 
 
+@pytest.mark.parametrize("sigma,n,eps", [(0.2, 10**18, 1e300), (50.0, 2, 1e300), (1.0, 10**4, 1e10)])
+def test_an_absurd_eps_is_answered_at_the_floor(sigma: float, n: int, eps: float) -> None:
+    """Far beyond every double the plans are not evaluated (once failed in the spectral path's sizing)."""
+    b = gaussian.delta_bounds(sigma, n, eps)
+    assert b.upper == 1e-300 and b.lower == 0.0
+    assert gaussian.delta_curve(sigma, n, np.array([eps]))[0] == 1e-300
+
+
+def test_a_delta_below_the_floor_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="delta must be in"):
+        gaussian.eps_bounds(1.0, 1000, 1e-305)
+
+
 def _largest_report_exact(sigma: float, n: int, eps: float, z: float) -> mpmath.mpf:
     """P1(max > sigma z) - e^eps P0(max > sigma z) at 60 digits: others at 0, the target 1 (P1) or 0 (P0);
     P(max > tau) = 1 - (1 - t_other)^(n - 1) (1 - t_target), by expm1 and log1p (no cancellation)."""
