@@ -4,10 +4,11 @@ It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's regi
 have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``)
 and every answer is the engine's, ``tablegen.engine.gaussian`` (imported only when an answer is
 computed), cached as ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
-``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its parameters have the names of
-``tablegen compute``: ``sigma``, the noise's standard deviation in units of the input range, in
-[SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or ``unit`` (x in [0, 1]), refused
-until the pair (0, 1) is proved the worst pair for it (docs/soundness.md, "Shuffled Gaussian").
+``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
+parameters have the names of ``tablegen compute``: ``sigma``, the noise's standard deviation in
+units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or
+``unit`` (x in [0, 1]), refused until the pair (0, 1) is proved the worst pair for it
+(docs/soundness.md, "Shuffled Gaussian").
 """
 
 from __future__ import annotations
@@ -24,8 +25,20 @@ INPUTS = ("bits", "unit")
 DEFAULT_INPUTS = "bits"
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
 SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
+NOT_TAKEN = ("eps0", "sample_rate")  # numbers the other mechanisms take and gaussian refuses (the page hides them)
 UNIT_REFUSED = ("inputs=unit is not certified yet: the pair (0, 1) is not proved the worst pair for inputs in "
                 "[0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use inputs=bits (the default)")
+
+
+def page_params() -> list[dict[str, Any]]:
+    """gaussian's parameters as the page's form lists a mechanism's (lookup/service/page.py): sigma,
+    required, in place of eps0 (``replaces``); ``inputs`` fixed at bits (``fixed``: stated, not asked),
+    its help saying why unit is not offered."""
+    return [{"name": "sigma", "help": f"the noise's standard deviation, in units of the input range, in {SIGMA_RANGE}",
+             "default": None, "required": True, "replaces": "eps0"},
+            {"name": "inputs", "help": "each user holds a bit x in {0, 1}; unit (x in [0, 1]) is not offered: the "
+             "pair (0, 1) is not proved the worst pair for it", "default": DEFAULT_INPUTS, "required": False,
+             "fixed": True}]
 
 
 def foreign(mechanism: str, params: dict[str, Any]) -> None:
