@@ -69,6 +69,8 @@
   const without = (name = input(ask, "mechanism").value) => WITHOUT[name] || [];
   const replacing = (name = input(ask, "mechanism").value) => (DATA.mechanisms[name] || []).find(
     (p) => p.replaces === "eps0");
+  // the number a series of the curves is drawn for: eps0, or the parameter in its place
+  const seriesOf = (name) => (replacing(name) || {name: "eps0"}).name;
 
   // ------------------------------------------------------------ numbers shown
   // ``x`` to DIGITS significant digits: "up" never below x (a certified eps or delta), "down" never
@@ -126,7 +128,7 @@
     for (const label of ask.querySelectorAll("label[data-field]")) {
       if (label.parentElement.id !== "params") label.hidden = !shown.includes(label.dataset.field);
     }
-    document.getElementById("curve-series").textContent = (replacing() || {name: "eps0"}).name;
+    document.getElementById("curve-series").textContent = seriesOf();
   }
 
   // the form's question as the API's query (endpoint: the form's, or "eps" for a curve)
@@ -558,7 +560,7 @@
     if (event) event.preventDefault();
     clearErrors(curve, ask);
     const eps0s = input(curve, "curve_eps0").value.split(",").map((s) => s.trim()).filter(Boolean);
-    const series = (replacing() || {name: "eps0"}).name;  // one series per eps0, or per sigma (gaussian)
+    const series = seriesOf();  // one series per eps0, or per sigma (gaussian)
     const range = input(curve, "curve_n").value.split(",").map((s) => Number(s.trim()));
     if (eps0s.length < 1 || eps0s.length > MAX_SERIES) {
       return complain(curve, "curve_eps0", `give 1 to ${MAX_SERIES} values`);
@@ -591,7 +593,7 @@
     const {query: base} = question("eps");
     const rate = base.get("sample_rate");
     const local = replacing() ? "" : `ε0 ${base.get("eps0")}, `;  // gaussian: its sigma is in mechanismOf
-    const series = (replacing() || {name: "eps0"}).name;
+    const series = seriesOf();
     const label = `${series} = ${base.get(series)}, n = ${base.get("n")}` + (rate ? `, sample rate ${rate}` : "");
     const title = `${mechanismOf(base)}: certified ε of T rounds composed, ${local}n ` +
       `${base.get("n")}, δ = ${base.get("delta")} for all T rounds together` +
