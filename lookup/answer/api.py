@@ -78,7 +78,8 @@ def eps(mechanism: str, *, eps0: Any = None, n: Any, delta: Any, table: Any = No
 
     Args:
         mechanism: a family of the engine's registry (``krr``, ``generic``, ``laplace``, ...), or
-            ``gaussian`` (``sigma``, ``inputs``: no eps0, answered live, ``lookup/answer/gaussian.py``).
+            ``gaussian`` (``sigma``, ``inputs``: no eps0, answered live, ``lookup/answer/gaussian.py``;
+            with ``rounds``, no ``sample_rate``).
         eps0: the local randomizer's eps0 (scalar or array; required but for gaussian).
         n: the number of users, an integer >= 1 (scalar or array).
         delta: in (0, 1) (scalar or array).
@@ -96,8 +97,10 @@ def eps(mechanism: str, *, eps0: Any = None, n: Any, delta: Any, table: Any = No
     """
     max_slack, params, mechanism = checked_max_slack(max_slack), checked_params(params), mechanism_name(mechanism)
     if mechanism == gaussian.NAME:
-        return _gaussian("eps", live, params, {"eps0": eps0, "rounds": rounds, "sample_rate": sample_rate}, n=n,
-                         delta=delta)
+        others = {"eps0": eps0, "sample_rate": sample_rate}
+        if rounds is not None:
+            return _gaussian_composed(live, params, others, rounds, n=n, delta=delta)
+        return _gaussian("eps", live, params, others, n=n, delta=delta)
     _eps0_given(mechanism, params, eps0)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
@@ -374,6 +377,25 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
     source, slack, edge = np.full(size, "live", SOURCE), np.zeros(size), np.zeros(size, bool)
     return Answer(*(_shaped(a, shape) for a in (value, lower, source)), {}, _shaped(slack, shape),
                   _shaped(edge, shape), _shaped(~edge, shape))
+
+
+def _gaussian_composed(live: bool, params: dict[str, Any], others: dict[str, Any], rounds: Any,
+                       **args: Any) -> Answer:
+    """``eps("gaussian", ..., rounds=T)``: one scalar query, T rounds composed live
+    (``gaussian.composed``), labelled as every composed answer (source live, no lower bound, slack
+    and corner unknown); refused as ``_gaussian`` refuses, rounds checked by ``tablegen.compose``."""
+    inputs = gaussian.checked("eps", params, others)
+    if any(np.ndim(v) for v in (params["sigma"], *args.values(), rounds)):
+        raise ValueError("rounds takes scalar sigma, n, delta and rounds (one query at a time)")
+    _, flat = _broadcast({"sigma": params["sigma"], **args})
+    if not live_engine.available():
+        raise TableError(gaussian.no_live(live))
+    from tablegen.compose import checked_rounds
+
+    point = {**{k: float(v[0]) for k, v in flat.items()}, "rounds": checked_rounds(rounds)}
+    if not live:
+        raise TableError(gaussian.no_live(live))
+    return Answer(gaussian.composed(point, inputs), math.nan, "live", {}, math.nan, False, True)
 
 
 def _shaped(a: np.ndarray, shape: tuple[int, ...]) -> Any:

@@ -3,10 +3,12 @@
 It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the tables
 have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``)
 and every answer is the engine's, ``tablegen.engine.gaussian`` (imported only when an answer is
-computed), cached as ``lookup/answer/live.py`` caches live answers.  Its parameters have the names of
-``tablegen compute``: ``sigma``, the noise's standard deviation in units of the input range, in
-[SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or ``unit`` (x in [0, 1]), refused
-until the pair (0, 1) is proved the worst pair for it (docs/soundness.md, "Shuffled Gaussian").
+computed), cached as ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
+``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
+parameters have the names of ``tablegen compute``: ``sigma``, the noise's standard deviation in
+units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or
+``unit`` (x in [0, 1]), refused until the pair (0, 1) is proved the worst pair for it
+(docs/soundness.md, "Shuffled Gaussian").
 """
 
 from __future__ import annotations
@@ -23,8 +25,20 @@ INPUTS = ("bits", "unit")
 DEFAULT_INPUTS = "bits"
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
 SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
+NOT_TAKEN = ("eps0", "sample_rate")  # numbers the other mechanisms take and gaussian refuses (the page hides them)
 UNIT_REFUSED = ("inputs=unit is not certified yet: the pair (0, 1) is not proved the worst pair for inputs in "
                 "[0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use inputs=bits (the default)")
+
+
+def page_params() -> list[dict[str, Any]]:
+    """gaussian's parameters as the page's form lists a mechanism's (lookup/service/page.py): sigma,
+    required, in place of eps0 (``replaces``); ``inputs`` fixed at bits (``fixed``: stated, not asked),
+    its help saying why unit is not offered."""
+    return [{"name": "sigma", "help": f"the noise's standard deviation, in units of the input range, in {SIGMA_RANGE}",
+             "default": None, "required": True, "replaces": "eps0"},
+            {"name": "inputs", "help": "each user holds a bit x in {0, 1}; unit (x in [0, 1]) is not offered: the "
+             "pair (0, 1) is not proved the worst pair for it", "default": DEFAULT_INPUTS, "required": False,
+             "fixed": True}]
 
 
 def foreign(mechanism: str, params: dict[str, Any]) -> None:
@@ -36,7 +50,7 @@ def foreign(mechanism: str, params: dict[str, Any]) -> None:
 
 def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
     """The ``inputs`` of a gaussian question (``bits``), after refusing, by name, what it does not
-    take: eps0_max, ``others`` given (eps0, rounds, sample_rate: not None), another mechanism's
+    take: eps0_max, ``others`` given (eps0, sample_rate: not None; rounds is taken), another mechanism's
     parameters, ``inputs`` other than bits, and a missing sigma (its range is ``DOMAIN``'s check in
     lookup/answer/api.py, with the other numbers)."""
     if kind == "eps0_max":
@@ -45,9 +59,9 @@ def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
     if others.get("eps0") is not None:
         raise ValueError(f"mechanism {NAME!r} takes no eps0 (it is not an eps0-LDP randomizer: its privacy comes "
                          f"from sigma, the noise's standard deviation, in {SIGMA_RANGE})")
-    for name in ("rounds", "sample_rate"):
-        if others.get(name) is not None:
-            raise ValueError(f"{name} is not supported for mechanism {NAME!r} yet (one round only)")
+    if others.get("sample_rate") is not None:
+        raise ValueError(f"sample_rate is not supported for mechanism {NAME!r} yet: its rounds are composed with "
+                         "every user taking part in each round (no subsampled round of it is certified)")
     extra = sorted(name for name, value in params.items() if name not in PARAMS and value is not None)
     if extra:
         raise ValueError(f"mechanism {NAME!r} takes no {extra[0]} (its parameters: sigma, inputs)")
@@ -90,3 +104,17 @@ def bounds(kind: str, point: dict[str, float], inputs: str) -> tuple[float, floa
 
     answer = live_engine.cached(f"{NAME}_{kind}", NAME, point, {"inputs": inputs}, compute, recertified)
     return answer[0], answer[1]
+
+
+def composed(point: dict[str, float], inputs: str) -> float:
+    """Certified eps of ``point["rounds"]`` rounds composed at (sigma, n, delta), all the rounds together:
+    ``tablegen.compose.gaussian_eps`` (its certified profile made a PLD and self-composed,
+    docs/composition.md), cached as ``lookup/answer/live.py`` caches composed answers: a value read
+    back from disk is vouched for by its HMAC alone (a composition has no one-evaluation check)."""
+    def compute() -> list[float]:
+        from tablegen import compose
+
+        return [compose.gaussian_eps(sigma=point["sigma"], n=int(point["n"]), rounds=int(point["rounds"]),
+                                     delta=point["delta"]).eps]
+
+    return live_engine.cached(f"{NAME}_composed_eps", NAME, point, {"inputs": inputs}, compute, lambda value: True)[0]

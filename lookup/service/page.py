@@ -4,7 +4,9 @@ Serves ``lookup/service/static/`` (``index.html``, ``page.js``, ``page.css``), r
 the application is built and served from memory: no CDN, nothing fetched from outside the server.
 The page computes nothing; its script asks the JSON API as any client does.  The form lists the
 mechanisms of the registry the API validates with (without the engine: the table's rows, their
-parameters described by ``lookup.answer.params.HELP``).  What the page shows and why: docs/page.md.
+parameters described by ``lookup.answer.params.HELP``), and with the engine ``gaussian``
+(``lookup/answer/gaussian.py``: sigma in place of eps0, inputs fixed at bits, no sample_rate: the
+fields it does not take are hidden, ``without``).  What the page shows and why: docs/page.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from lookup.answer import gaussian
 from lookup.answer import live as live_engine
 from lookup.answer.params import HELP
 
@@ -35,20 +38,23 @@ def routes(coverage: dict[str, Any]) -> list[Route]:
     """``GET /`` (the page, with the registry and ``coverage`` of ``/v1/info`` in it) and its two
     assets, each a constant body with an ETag (``If-None-Match``: 304)."""
     html = (STATIC / "index.html").read_text(encoding="utf-8")
-    data = json.dumps({"mechanisms": registry(coverage), "coverage": coverage}, default=str)
+    data = json.dumps({"mechanisms": registry(coverage), "without": {gaussian.NAME: list(gaussian.NOT_TAKEN)},
+                       "coverage": coverage}, default=str)
     files = {"/": (html.replace(MARKER, data.replace("</", "<\\/")).encode(), "text/html; charset=utf-8"),
              **{path: ((STATIC / name).read_bytes(), media) for path, (name, media) in ASSETS.items()}}
     return [Route(path, _constant(body, media), methods=["GET", "HEAD"]) for path, (body, media) in files.items()]
 
 
 def registry(coverage: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """``{mechanism: [{"name", "help", "default", "required"}, ...]}``: the engine's registry, or
-    without the engine the families of the table's rows (``"krr k=3"``: krr, with parameter k)."""
+    """``{mechanism: [{"name", "help", "default", "required"}, ...]}``: the engine's registry and
+    gaussian (its sigma ``replaces`` eps0, its inputs ``fixed``: ``gaussian.page_params``), or without
+    the engine the families of the table's rows (``"krr k=3"``: krr, with parameter k)."""
     if live_engine.available():
         from tablegen.mechanisms import MECHANISMS
 
-        return {name: [{"name": p, "help": spec.help, "default": spec.default, "required": spec.required}
-                       for p, spec in mechanism.params.items()] for name, mechanism in MECHANISMS.items()}
+        return {**{name: [{"name": p, "help": spec.help, "default": spec.default, "required": spec.required}
+                          for p, spec in mechanism.params.items()] for name, mechanism in MECHANISMS.items()},
+                gaussian.NAME: gaussian.page_params()}
     families: dict[str, list[str]] = {}
     for row in coverage.get("mechanisms", []):
         family, *given = row.split()

@@ -38,9 +38,10 @@ def mechanism_validator() -> Any:
 def gaussian_question(kind: str, required: tuple[str, ...], raw: dict[str, str]) -> tuple[tuple[str, ...],
                                                                                          dict[str, str]]:
     """A gaussian question's required numbers (sigma in place of eps0) and what else it gives that
-    lookup reads (inputs) or refuses by name (eps0; rounds and sample_rate of /v1/eps: not supported
-    for gaussian yet; /v1/eps0-max, which has no eps0 to replace, with its sigma), as text."""
-    own = ("inputs", "eps0", *(COMPOSITION if kind == "eps" else ()), *(() if "eps0" in required else ("sigma",)))
+    lookup reads (inputs) or refuses by name (eps0; sample_rate of /v1/eps: not supported for gaussian
+    yet; /v1/eps0-max, which has no eps0 to replace, with its sigma), as text.  Its rounds are read
+    by ``composition`` as any mechanism's."""
+    own = ("inputs", "eps0", *(("sample_rate",) if kind == "eps" else ()), *(() if "eps0" in required else ("sigma",)))
     return (tuple("sigma" if name == "eps0" else name for name in required),
             {name: raw[name] for name in own if name in raw})
 

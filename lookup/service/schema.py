@@ -78,8 +78,8 @@ def openapi() -> dict[str, Any]:
                      "properties": {"mechanism": {"const": name}, **common,
                                     **{p: {**PARAMS[p], "description": HELP[p]} for p in (*needs, *optional)}}}
                     for name, (needs, optional) in MECHANISMS.items() if kind == "eps" or name != "generic-closed-form"]
-        if "eps0" in required:  # gaussian (lookup/answer/gaussian.py): sigma in place of eps0, live, one round
-            numbers = {name: spec for name, spec in common.items() if name not in ("eps0", *COMPOSITION)}
+        if "eps0" in required:  # gaussian (lookup/answer/gaussian.py): sigma in place of eps0, live, rounds
+            numbers = {name: spec for name, spec in common.items() if name not in ("eps0", "sample_rate")}
             branches.append({"type": "object", "title": gaussian.NAME, "additionalProperties": False,
                              "required": ["mechanism", *("sigma" if n == "eps0" else n for n in required)],
                              "properties": {"mechanism": {"const": gaussian.NAME}, **numbers, **GAUSSIAN}})

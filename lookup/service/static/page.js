@@ -14,6 +14,7 @@
   const REQUIRED = {eps: ["eps0", "n", "delta"], delta: ["eps0", "n", "eps"], "eps0-max": ["eps", "n", "delta"]};
   const OPTIONS = ["max_slack", "live"];
   const COMPOSITION = ["rounds", "sample_rate"];  // of /v1/eps only
+  const WITHOUT = DATA.without || {};  // the fields a mechanism takes no value for (gaussian: eps0, sample_rate)
   const POINTS = 13;  // n values per series, log-spaced
   const ROUND_POINTS = 7;  // rounds values of the rounds curve, log-spaced
   const ROUNDS_MAX = 1000000;  // the API's largest rounds
@@ -63,6 +64,13 @@
   const svg = (tag, attrs, ...children) => node(SVG, tag, attrs, children);
   const input = (form, name) => form.elements.namedItem(name);
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  // a mechanism's fields hidden and never sent, and its parameter in place of eps0 (gaussian's sigma) if any;
+  // both for the form's mechanism unless one is named
+  const without = (name = input(ask, "mechanism").value) => WITHOUT[name] || [];
+  const replacing = (name = input(ask, "mechanism").value) => (DATA.mechanisms[name] || []).find(
+    (p) => p.replaces === "eps0");
+  // the number a series of the curves is drawn for: eps0, or the parameter in its place
+  const seriesOf = (name) => (replacing(name) || {name: "eps0"}).name;
 
   // ------------------------------------------------------------ numbers shown
   // ``x`` to DIGITS significant digits: "up" never below x (a certified eps or delta), "down" never
@@ -96,6 +104,11 @@
     const params = document.getElementById("params");
     params.replaceChildren();
     for (const p of DATA.mechanisms[input(ask, "mechanism").value] || []) {
+      if (p.fixed) {  // stated, not asked (gaussian's inputs = bits), with why no other value is offered
+        params.append(el("p", {class: "fixed", "data-field": p.name}, `${p.name} = ${p.default} `,
+          el("small", {}, p.help)));
+        continue;
+      }
       const field = el("input", {name: p.name, autocomplete: "off", "data-param": ""});
       if (p.default !== null && p.default !== undefined) field.placeholder = String(p.default);
       field.value = values[p.name] || "";
@@ -111,10 +124,11 @@
 
   function showFields() {
     const endpoint = input(ask, "endpoint").value;
-    const shown = [...REQUIRED[endpoint], ...optional(endpoint)];
+    const shown = [...REQUIRED[endpoint], ...optional(endpoint)].filter((name) => !without().includes(name));
     for (const label of ask.querySelectorAll("label[data-field]")) {
       if (label.parentElement.id !== "params") label.hidden = !shown.includes(label.dataset.field);
     }
+    document.getElementById("curve-series").textContent = seriesOf();
   }
 
   // the form's question as the API's query (endpoint: the form's, or "eps" for a curve)
@@ -123,9 +137,11 @@
     for (const field of ask.querySelectorAll("input[data-param]")) {
       if (field.value.trim()) query.set(field.name, field.value.trim());
     }
-    for (const name of REQUIRED[endpoint]) query.set(name, input(ask, name).value.trim());
+    for (const name of REQUIRED[endpoint]) {
+      if (!without().includes(name)) query.set(name, input(ask, name).value.trim());
+    }
     for (const name of optional(endpoint)) {
-      if (input(ask, name).value.trim()) query.set(name, input(ask, name).value.trim());
+      if (!without().includes(name) && input(ask, name).value.trim()) query.set(name, input(ask, name).value.trim());
     }
     return {endpoint, query};
   }
@@ -390,7 +406,8 @@
           `${onGrid("eps0", "ε0", "up")} and ${onGrid("n", "n", "down")}, all its grid deltas at once, composed ` +
           `by privacy-loss distributions (dp-accounting); δ = ${query.get("delta")} is for all the rounds ` +
           "together. There is no δ corner: the whole curve is composed, not read between two grid deltas."
-        : `Computed now by the engine: ${body.rounds} rounds composed at your exact ε0 and n${rate} ` +
+        : `Computed now by the engine: ${body.rounds} rounds composed at your exact ` +
+          `${(replacing(query.get("mechanism")) || {name: "ε0"}).name} and n${rate} ` +
           `(privacy-loss distributions, dp-accounting); δ = ${query.get("delta")} is for all the rounds together.`);
       out.push("A composed answer has no lower bound.");
     } else if (body.source === "table") {
@@ -543,6 +560,7 @@
     if (event) event.preventDefault();
     clearErrors(curve, ask);
     const eps0s = input(curve, "curve_eps0").value.split(",").map((s) => s.trim()).filter(Boolean);
+    const series = seriesOf();  // one series per eps0, or per sigma (gaussian)
     const range = input(curve, "curve_n").value.split(",").map((s) => Number(s.trim()));
     if (eps0s.length < 1 || eps0s.length > MAX_SERIES) {
       return complain(curve, "curve_eps0", `give 1 to ${MAX_SERIES} values`);
@@ -551,12 +569,12 @@
       return complain(curve, "curve_n", "give two numbers: from >= 1, then to > from");
     }
     const {query: base} = question("eps");
-    for (const name of COMPOSITION) base.delete(name);  // one round: the rounds curve is below
+    for (const name of [...COMPOSITION, series]) base.delete(name);  // one round: the rounds curve is below
     const delta = input(curve, "curve_delta").value.trim();
     const title = `${mechanismOf(base)}: certified ε against n at δ = ${delta}, one round` + settings(base);
-    const plan = eps0s.map((eps0) => ({label: `eps0 = ${eps0}`, points: logSpaced(range[0], range[1], POINTS).map(
-      (n) => [n, {eps0, n: String(n), delta}])}));
-    await collect(CURVES.n, base, plan, title);
+    const plan = eps0s.map((value) => ({label: `${series} = ${value}`, points: logSpaced(range[0], range[1],
+      POINTS).map((n) => [n, {[series]: value, n: String(n), delta}])}));
+    await collect(CURVES.n, base, plan, title, (name) => (name === "curve_eps0" ? series : name.replace("curve_", "")));
   }
 
   // the table or engine settings of a curve's question, in words ("" for the defaults)
@@ -574,8 +592,10 @@
     }
     const {query: base} = question("eps");
     const rate = base.get("sample_rate");
-    const label = `eps0 = ${base.get("eps0")}, n = ${base.get("n")}` + (rate ? `, sample rate ${rate}` : "");
-    const title = `${mechanismOf(base)}: certified ε of T rounds composed, ε0 ${base.get("eps0")}, n ` +
+    const local = replacing() ? "" : `ε0 ${base.get("eps0")}, `;  // gaussian: its sigma is in mechanismOf
+    const series = seriesOf();
+    const label = `${series} = ${base.get(series)}, n = ${base.get("n")}` + (rate ? `, sample rate ${rate}` : "");
+    const title = `${mechanismOf(base)}: certified ε of T rounds composed, ${local}n ` +
       `${base.get("n")}, δ = ${base.get("delta")} for all T rounds together` +
       (rate ? `, each user in a round with probability ${rate}` : "") + settings(base);
     await collect(CURVES.rounds, base, [{label, points: logSpaced(range[0], range[1], ROUND_POINTS).map(
@@ -584,9 +604,10 @@
 
   // Ask /v1/eps for each point of each series of ``plan`` ([{label, points: [[x, {name: value}]]}],
   // the values set on ``base``), one after the other, plotting each series as it is complete; a
-  // refused or bad point stops the curve with its message beside the field it names.  Then the
-  // points answered "refined": false are asked again until refined (at most REFINE_MS).
-  async function collect(c, base, plan, title) {
+  // refused or bad point stops the curve with its message beside the field it names (the curve's
+  // fields named as the API's parameters by ``names``).  Then the points answered "refined": false
+  // are asked again until refined (at most REFINE_MS).
+  async function collect(c, base, plan, title, names = (name) => name.replace("curve_", "")) {
     const generation = ++c.generation;
     c.drawn = true;
     c.drawnBasis = basis(c);
@@ -598,7 +619,7 @@
     setState(c, "drawing");
     const progress = document.getElementById(c.progress);
     progress.textContent = "Asking the server…";
-    const spans = {...errorSpans(ask, (n) => n), ...errorSpans(c.form, (n) => n.replace("curve_", ""))};
+    const spans = {...errorSpans(ask, (n) => n), ...errorSpans(c.form, names)};
     const total = plan.reduce((sum, s) => sum + s.points.length, 0);
     let done = 0;
     for (const [i, s] of plan.entries()) {
@@ -773,7 +794,10 @@
     showParams(location.search ? state : values);
     showFields();
     if (OPTIONS.some((name) => values[name])) ask.querySelector("details").open = true;
-    select.addEventListener("change", () => showParams({}));
+    select.addEventListener("change", () => {
+      showParams({});
+      showFields();
+    });
     input(ask, "endpoint").addEventListener("change", showFields);
     for (const type of ["input", "change"]) {
       ask.addEventListener(type, onQuestionChange);

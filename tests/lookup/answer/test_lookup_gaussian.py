@@ -103,6 +103,27 @@ def test_sigma_range_is_the_engines() -> None:
     assert (gaussian.SIGMA_MIN, gaussian.SIGMA_MAX) == (SIGMA_MIN, SIGMA_MAX)
 
 
+# ---------------------------------------------------------------- rounds composed
+
+def sum_bound_delta(sigma: float, n: int, rounds: int, eps: float) -> float:
+    """The exact delta(eps) of the T rounds' sums of the reports, a post-processing of the T shuffled
+    multisets: each sum is N(sum x, n sigma^2), so together they are the Gaussian mechanism at
+    mu = sqrt(T) / (sigma sqrt(n)) (arXiv:1805.06530, Theorem 8), a lower bound on the composed delta."""
+    return gaussian_mechanism_delta(sigma * math.sqrt(n / rounds), eps)
+
+
+@pytest.mark.parametrize(("sigma", "n", "rounds", "delta"), [(2.0, 10**5, 10, 1e-6), (1.0, 1000, 10, 1e-6)])
+def test_rounds_lie_between_the_sums_and_basic_composition(sigma: float, n: int, rounds: int, delta: float) -> None:
+    """T rounds composed: at least the T sums' exact eps (their delta at the answer is within delta),
+    at most basic composition of T rounds at delta / T each (each round's certified eps, times T)."""
+    a = lookup.eps("gaussian", n=n, delta=delta, sigma=sigma, rounds=rounds)
+    assert (a.source, a.certified, a.corner) == ("live", True, {}) and math.isnan(a.lower) and math.isnan(a.slack)
+    assert sum_bound_delta(sigma, n, rounds, a.value) <= delta
+    one_round = engine.eps_bounds(sigma, n, delta / rounds, lower=False).upper
+    assert a.value <= rounds * one_round
+    assert lookup.answer.api.json_ready("eps", a, rounds)["rounds"] == rounds
+
+
 REFUSED = [
     ({"eps0": 1.0, "sigma": 1.0}, "takes no eps0"),
     ({}, "needs sigma"),
@@ -115,8 +136,13 @@ REFUSED = [
     ({"sigma": "1e-\u09ea"}, "ASCII digits"),
     ({"sigma": 1.0, "inputs": "unit"}, "inputs=unit is not certified yet"),
     ({"sigma": 1.0, "inputs": "reals"}, "inputs must be one of bits, unit"),
-    ({"sigma": 1.0, "rounds": 10}, "rounds is not supported for mechanism 'gaussian' yet"),
-    ({"sigma": 1.0, "rounds": 10, "sample_rate": 0.1}, "not supported for mechanism 'gaussian' yet"),
+    ({"sigma": 1.0, "rounds": 10, "sample_rate": 0.1}, "sample_rate is not supported for mechanism 'gaussian' yet"),
+    ({"sigma": 1.0, "rounds": 0}, "rounds must be an integer in [1, 1000000], got rounds=0"),
+    ({"sigma": 1.0, "rounds": 2.5}, "rounds must be an integer in [1, 1000000]"),
+    ({"sigma": 0.1, "rounds": 3}, "sigma must be in [0.2, 50]"),
+    ({"sigma": 1.0, "rounds": [2, 3]}, "one query at a time"),
+    ({"sigma": 1.0, "eps0": 1.0, "rounds": 3}, "takes no eps0"),
+    ({"rounds": 3}, "needs sigma"),
     ({"sigma": 1.0, "sample_rate": 0.1}, "sample_rate is not supported for mechanism 'gaussian' yet"),
     ({"sigma": 1.0, "k": 3}, "takes no k"),
 ]
@@ -151,6 +177,8 @@ def test_other_refusals() -> None:
         lookup.eps("gaussian", n=10, delta=0.0, sigma=1.0)
     with pytest.raises(TableError, match="answered live only .* live computation is off"):
         lookup.eps("gaussian", n=10, delta=1e-6, sigma=1.0, live=False)
+    with pytest.raises(TableError, match="answered live only .* live computation is off"):
+        lookup.eps("gaussian", n=10, delta=1e-6, sigma=1.0, rounds=3, live=False)
 
 
 def test_no_engine_import_at_load() -> None:

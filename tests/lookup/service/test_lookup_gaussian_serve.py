@@ -1,6 +1,7 @@
 """``lookup serve`` answers the shuffled Gaussian on bits live (``/v1/eps?mechanism=gaussian&sigma=...``,
 ``/v1/delta``) through its live pool, with the engine's values (``tablegen.engine.gaussian`` called
-directly) and the CLI's JSON, and refuses bad sigma, inputs, eps0, rounds with a 400 naming them.
+directly) and the CLI's JSON, T rounds composed (``rounds``) as ``lookup.eps(..., rounds=T)`` answers them,
+and refuses bad sigma, inputs, eps0, rounds, sample_rate with a 400 naming them.
 A real server on 127.0.0.1 (conftest's ``start_server``); every request bounded in time."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import lookup
+from lookup.answer.api import json_ready
 from lookup.cli.commands import main
 from tablegen.engine import gaussian as engine
 
@@ -50,6 +53,25 @@ def test_service_answers_are_the_engines_and_the_clis(base: str) -> None:
     assert status == 200 and body["delta"] == engine.delta_bounds(1.0, 1, 0.5).upper
 
 
+def test_rounds_are_the_librarys_composed_answer(base: str) -> None:
+    """``rounds=T``: the answer of ``lookup.eps(..., rounds=T)`` (tested against independent bounds in
+    tests/lookup/answer/test_lookup_gaussian.py), live, rounds in the JSON and in ``asked``."""
+    status, body = get(f"{base}/v1/eps?mechanism=gaussian&sigma=2&n=100000&delta=1e-6&rounds=10")
+    expected = json_ready("eps", lookup.eps("gaussian", sigma=2.0, n=10**5, delta=1e-6, rounds=10), 10)
+    assert status == 200 and {k: v for k, v in body.items() if k != "asked"} == expected, body
+    assert body["asked"] == {"mechanism": "gaussian", "sigma": 2.0, "n": 1e5, "delta": 1e-6, "rounds": 10}
+    assert (body["source"], body["rounds"], body["eps_lower"]) == ("live", 10, None)
+
+
+def test_openapi_describes_gaussian_rounds_but_not_sample_rate(base: str) -> None:
+    status, schema = get(f"{base}/openapi.json")
+    branches = schema["paths"]["/v1/eps"]["get"]["parameters"][0]["schema"]["oneOf"]
+    own = next(b for b in branches if b["title"] == "gaussian")["properties"]
+    assert status == 200 and own["rounds"]["minimum"] == 1 and "sample_rate" not in own and "eps0" not in own
+    delta = schema["paths"]["/v1/delta"]["get"]["parameters"][0]["schema"]["oneOf"]
+    assert "rounds" not in next(b for b in delta if b["title"] == "gaussian")["properties"]
+
+
 @pytest.mark.parametrize(("query", "message"), [
     ("/v1/eps?mechanism=gaussian&sigma=0.1&n=1000&delta=1e-6", "sigma must be in [0.2, 50]"),
     ("/v1/eps?mechanism=gaussian&sigma=nan&n=1000&delta=1e-6", "sigma must be finite"),
@@ -59,7 +81,13 @@ def test_service_answers_are_the_engines_and_the_clis(base: str) -> None:
     ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&inputs=unit", "inputs=unit is not certified yet"),
     ("/v1/delta?mechanism=gaussian&sigma=1&n=1000&eps=1&inputs=reals", "inputs must be one of bits, unit"),
     ("/v1/eps?mechanism=gaussian&sigma=1&eps0=1&n=1000&delta=1e-6", "takes no eps0"),
-    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&rounds=3", "rounds is not supported"),
+    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&rounds=3&sample_rate=0.5",
+     "sample_rate is not supported for mechanism 'gaussian'"),
+    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&sample_rate=0.5", "sample_rate is not supported"),
+    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&rounds=0", "rounds must be an integer in [1, 1000000]"),
+    ("/v1/eps?mechanism=gaussian&sigma=60&n=1000&delta=1e-6&rounds=3", "sigma must be in [0.2, 50]"),
+    ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&rounds=3&live=false", "answered live only"),
+    ("/v1/delta?mechanism=gaussian&sigma=1&n=1000&eps=1&rounds=3", "unknown parameter 'rounds'"),
     ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&k=3", "takes no k"),
     ("/v1/eps?mechanism=gaussian&sigma=1&n=2.5&delta=1e-6", "n must be an integer"),
     ("/v1/eps?mechanism=gaussian&sigma=1&n=1000&delta=1e-6&live=false", "answered live only"),

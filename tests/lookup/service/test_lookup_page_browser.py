@@ -660,12 +660,60 @@ def test_registry_lists_each_mechanisms_parameters(monkeypatch: pytest.MonkeyPat
     from tablegen.mechanisms import MECHANISMS
 
     engine = registry({})
-    assert list(engine) == list(MECHANISMS) and [p["name"] for p in engine["krr"]] == ["k"]
+    assert list(engine) == [*MECHANISMS, "gaussian"] and [p["name"] for p in engine["krr"]] == ["k"]
+    assert [(p["name"], p.get("replaces"), p.get("fixed")) for p in engine["gaussian"]] == [
+        ("sigma", "eps0", None), ("inputs", None, True)]
     assert engine["krr"][0]["required"] and not engine["olh"][0]["required"]
     monkeypatch.setattr(live_engine, "available", lambda: False)  # without the engine: the table's rows
     rows = registry({"mechanisms": ["generic", "krr k=3", "krr k=10", "joint base=krr k=3 parts=2"]})
     assert {m: [p["name"] for p in ps] for m, ps in rows.items()} == {
         "generic": [], "krr": ["k"], "joint": ["base", "k", "parts"]}
+
+
+GAUSSIAN = {"mechanism": "gaussian", "sigma": "1", "n": "1000", "delta": "1e-6"}
+
+
+def test_gaussian_is_asked_by_sigma_without_eps0(browser: Any, base: str) -> None:
+    """gaussian in the form: sigma in place of eps0 (eps0 and sample_rate hidden, never sent), inputs
+    stated as bits with why unit is not offered; its live answer with its lower bound, and T rounds
+    composed, shown as the API gives them; a bad sigma beside its field; eps against n, one series
+    per sigma, each point the API's answer."""
+    body = settled(base, "/v1/eps", GAUSSIAN)
+    assert body["source"] == "live" and body["eps_lower"] > 0
+    browser.get(base + "/")
+    shown = ask(browser, GAUSSIAN)
+    assert list(shown) == list(body) and all(same(shown[key], value, key) for key, value in body.items())
+    assert shown_json(browser) == body
+    for name in ("eps0", "sample_rate"):
+        assert not browser.find_element(By.CSS_SELECTOR, f"#ask [name={name}]").is_displayed()
+    fixed = browser.find_element(By.CSS_SELECTOR, "#params .fixed[data-field=inputs]").text
+    assert fixed.startswith("inputs = bits") and "unit (x in [0, 1]) is not offered" in fixed
+    sent = urllib.parse.parse_qs(urllib.parse.urlsplit(browser.find_element(By.ID, "api-link").get_attribute(
+        "href")).query)
+    assert set(sent) == set(GAUSSIAN)  # no eps0, no inputs (bits, the API's default)
+    assert browser.find_element(By.ID, "asked").text == (
+        "Answer to: ε at δ, gaussian sigma=1, n = 1000, delta = 0.000001")  # as the server parsed it
+    assert f"(the exact ε is at least {shown['eps_lower']})" in browser.find_element(By.ID, "headline").text
+    assert browser.find_element(By.ID, "note").get_attribute("data-kind") == "eps/live"
+    composed = settled(base, "/v1/eps", {**GAUSSIAN, "rounds": "3"})
+    shown = ask(browser, {"rounds": "3"})
+    assert all(same(shown[key], value, key) for key, value in composed.items()) and shown_json(browser) == composed
+    note = browser.find_element(By.ID, "note")
+    assert note.get_attribute("data-kind") == "composed/live" and "at your exact sigma and n" in note.text
+    fill(browser, "ask", {"rounds": "", "sigma": "0.1"})
+    browser.find_element(By.CSS_SELECTOR, "#ask button[type=submit]").click()
+    span = wait(browser, lambda d: (lambda e: e if e.text else None)(d.find_element(By.CSS_SELECTOR,
+                                                                                     "[data-error=sigma]")))
+    assert span.text == api(base, "/v1/eps", {**GAUSSIAN, "sigma": "0.1"})[1]["error"]
+    fill(browser, "ask", {"sigma": "1"})
+    assert browser.find_element(By.ID, "curve-series").text == "sigma"
+    drawn = draw(browser, {**CURVE, "curve_eps0": "1,2"})
+    assert {p["series"] for p in drawn} == {"sigma = 1", "sigma = 2"} and len(drawn) == 26
+    for p in drawn:
+        sigma = p["series"].split(" = ")[1]
+        assert float(p["eps"]) == settled(base, "/v1/eps", {**GAUSSIAN, "sigma": sigma, "n": p["x"]})["eps"]
+    assert browser.find_element(By.CSS_SELECTOR, "#plot .plot-title").text.startswith("gaussian: certified ε")
+    assert not javascript_errors(browser)
 
 
 def test_the_page_files_ship_in_the_distributions() -> None:
