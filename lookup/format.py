@@ -36,6 +36,10 @@ MECHANISM_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "parallel": (("bases", "weights"), ("k", "g")),
 }
 
+# the multi-message protocols (noise parameter p, not eps0-LDP randomizers: tablegen.protocols.accounting),
+# named here so that the registry and the engine can tell a user who names one where to go
+PROTOCOLS = ("binary-sum", "histogram")
+
 # rows whose live analysis is tighter than the one a table row holds: the engine certifies binary
 # randomized response (k-RR with k = 2) at the exact worst case over datasets (tablegen/engine/binary.py,
 # docs/soundness.md), 20-43% below the blanket bound the tables' k = 2 rows hold; lookup measures the

@@ -23,6 +23,7 @@ from lookup.answer.api import parse_number as _number
 from lookup.answer.params import ascii_number_type, click_options, mechanism_option, parse_params
 from lookup.cli.extras import CommandGroup
 from lookup.cli.output import emit
+from lookup.format import PROTOCOLS
 from tablegen import __version__
 from tablegen.limits import EPS0_MIN_TEXT
 
@@ -98,7 +99,6 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
     from tablegen.engine import delta_bounds, eps_bounds
     from tablegen.mechanisms import get_mechanism
     from tablegen.mechanisms.subsample import subsampled
-    from tablegen.protocols.accounting import PROTOCOLS
 
     if sample_rate is not None and mechanism in ("generic-closed-form", *PROTOCOLS):
         _fail(ValueError(f"mechanism {mechanism!r} takes no --sample-rate (subsampled rounds are certified for the "
@@ -215,7 +215,7 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
 
 @main.command()
 @click.option("--mechanism", required=True,
-              type=click.Choice(["binary-sum", "histogram", "gaussian"], case_sensitive=False))
+              type=click.Choice([*PROTOCOLS, "gaussian"], case_sensitive=False))
 @click.option("--eps", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
@@ -238,7 +238,7 @@ def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> No
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
+@click.option("--mechanism", required=True, type=click.Choice(PROTOCOLS, case_sensitive=False))
 @click.option("--n", required=True, type=str, help="number of users")
 @click.option("--d", "domain", type=ASCII_INT, default=10, show_default=True, help="histogram: domain size")
 @click.option("--eps", type=str, default=None, help="calibrate p for this eps (with --delta)")

@@ -1,5 +1,5 @@
 """The plan docs/architecture.md draws, held against the code's imports (bench/architecture.py):
-no import circles in lookup, no import running back up between its rooms, and lookup imports
+no import circles in lookup or tablegen, no import running back up between its rooms, and lookup imports
 nothing of tablegen at module load."""
 
 from __future__ import annotations
@@ -18,6 +18,13 @@ LOOKUP_ROOMS = ("lookup.format", "lookup.chord", "lookup.trust", "lookup.device"
 def test_lookup_has_no_import_circles() -> None:
     assert circles(graph("lookup")) == []
     assert circles(rooms(graph("lookup"), "lookup")) == []
+
+
+def test_tablegen_has_no_import_circles() -> None:
+    """Between modules and between rooms (engine, mechanisms, protocols, compose, ...): the registry
+    names the protocols and the compositions their bases without importing back up."""
+    assert circles(graph("tablegen")) == []
+    assert circles(rooms(graph("tablegen"), "tablegen")) == []
 
 
 def test_no_import_runs_back_up_between_lookups_rooms() -> None:

@@ -29,6 +29,7 @@ from lookup.answer.api import (
 from lookup.answer.params import HELP, ascii_number_type, click_options, parse_params, query_arguments
 from lookup.cli.extras import CommandGroup
 from lookup.cli.output import emit
+from lookup.format import PROTOCOLS
 from lookup.service.settings import Settings
 from lookup.service.settings import options as settings_fields
 from lookup.store.table import TableError
@@ -149,7 +150,7 @@ def gaussian_arguments(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(["binary-sum", "histogram"], case_sensitive=False))
+@click.option("--mechanism", required=True, type=click.Choice(PROTOCOLS, case_sensitive=False))
 @click.option("--eps", "eps_", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from lookup.format import PROTOCOLS
 from lookup.format import UNIT_ROUNDOFF as U
 from tablegen import limits, validate
 from tablegen.decomposition import Decomposition
@@ -98,8 +99,6 @@ def rdp_bounds(mechanism: str | Mechanism, *, eps0: float, n: int, orders: Any =
 
 def _query(mechanism: str | Mechanism, eps0: float, n: int, params: dict[str, Any]) -> Query:
     """The engine's query, refusing what has no Rényi reduction here."""
-    from tablegen.protocols.accounting import PROTOCOLS
-
     if mechanism == "generic-closed-form":
         raise ValueError("mechanism='generic-closed-form' is a closed form for (eps, delta) with no privacy curve: "
                          "no Rényi bound; use mechanism='generic' (the standard clone)")

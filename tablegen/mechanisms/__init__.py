@@ -1,20 +1,19 @@
 """The registry of mechanisms: each one a ``Mechanism`` (laws of G as data).
 
 Adding a randomizer is one entry: a ``Mechanism`` with its upper decompositions (and lower-bound
-pairs) as functions of eps0, listed in ``_ALL`` below.
+pairs) as functions of eps0, listed in ``bases.py`` (a single randomizer, which compositions may
+name as their base) or in ``_ALL`` below.
 """
 
 from __future__ import annotations
 
+from lookup.format import PROTOCOLS
 from tablegen.mechanisms.base import Mechanism, Param
+from tablegen.mechanisms.bases import BASES
 from tablegen.mechanisms.combined import JOINT, PARALLEL
-from tablegen.mechanisms.finite import FINITE
-from tablegen.mechanisms.frequency import MECHANISMS as FREQUENCY_ORACLES
-from tablegen.mechanisms.generic import GENERIC
-from tablegen.mechanisms.laplace import LAPLACE
 from tablegen.validate import unknown_name
 
-_ALL = [GENERIC, *FREQUENCY_ORACLES, LAPLACE, FINITE, JOINT, PARALLEL]
+_ALL = [*BASES.values(), JOINT, PARALLEL]
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in _ALL}
 
 
@@ -22,8 +21,6 @@ def get_mechanism(name: str) -> Mechanism:
     """The mechanism called ``name``, in any case (``"kRR"`` is ``"krr"``, as ``lookup.answer.api.mechanism_name``
     reads it); ValueError suggesting the closest known name otherwise (the known names include the
     multi-message protocols, which have their own accounting)."""
-    from tablegen.protocols.accounting import PROTOCOLS
-
     lower = name.lower() if isinstance(name, str) else name
     try:
         return MECHANISMS[lower]

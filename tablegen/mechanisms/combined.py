@@ -15,15 +15,14 @@ from typing import Any
 from tablegen import limits, validate
 from tablegen.decomposition import MAX_COMPONENTS, Decomposition, joint, parallel
 from tablegen.mechanisms.base import Mechanism, Param
+from tablegen.mechanisms.bases import base_mechanism
 from tablegen.mechanisms.frequency import categories
 
 PAPER = "Su, Cheng, Wang, arXiv:2504.07414, sections 6 and 7"
 
 
 def _base_name(name: str, value: object) -> str:
-    from tablegen.mechanisms import get_mechanism
-
-    return get_mechanism(str(value)).name
+    return base_mechanism(str(value), f"mechanism in {name}").name
 
 
 def _names(name: str, value: object) -> tuple[str, ...]:
@@ -52,17 +51,13 @@ def _base_params(params: dict[str, Any]) -> dict[str, Any]:
 def _bases_monotone(params: dict[str, Any]) -> bool:
     """A joint or parallel composition is one family in eps0 when each base is: a product or a
     mixture of post-processings is a post-processing.  (OLH with its default g is not.)"""
-    from tablegen.mechanisms import get_mechanism
-
     names = [params["base"]] if params.get("base") is not None else _names("bases", params.get("bases") or [])
-    bases = [get_mechanism(str(name)) for name in names]
+    bases = [base_mechanism(str(name)) for name in names]
     return all(m.eps0_monotone({k: v for k, v in _base_params(params).items() if k in m.params}) for m in bases)
 
 
 def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> list[Decomposition]:
-    from tablegen.mechanisms import get_mechanism
-
-    mech = get_mechanism(name)
+    mech = base_mechanism(name)
     kwargs = mech.resolve({k: v for k, v in _base_params(params).items() if k in mech.params})
     build = mech.lower if lower else mech.upper
     if build is None:
@@ -73,9 +68,7 @@ def _component(name: str, eps0: float, params: dict[str, Any], lower: bool) -> l
 def _checked_parts(eps0: float, base: str, parts: int, params: dict[str, Any]) -> None:
     """``limits.check_joint`` on the base's upper decompositions and lower-bound pairs alike, before
     either product is built (a query builds both: the upper one must not be built in vain)."""
-    from tablegen.mechanisms import get_mechanism
-
-    kinds = [False] + ([True] if get_mechanism(base).lower is not None else [])
+    kinds = [False] + ([True] if base_mechanism(base).lower is not None else [])
     for d in (d for lower in kinds for d in _component(base, eps0 / parts, params, lower)):
         limits.check_joint(base, parts, d.c.size, MAX_COMPONENTS)
 

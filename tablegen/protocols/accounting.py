@@ -29,14 +29,13 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
-from lookup.format import UNIT_ROUNDOFF
+from lookup.format import PROTOCOLS, UNIT_ROUNDOFF
 from tablegen import validate
 from tablegen.engine.search import shrink_bracket
 
 VERSION = "1"  # of this accounting: what a calibration table is stamped with (not the lattice engine's)
 
 TAIL = 1e-30  # window: the Bin(n, p) mass outside it is below this (Chernoff), and added
-PROTOCOLS = ("binary-sum", "histogram")
 MAX_EPS = 100.0
 LOG_CAP = 700.0  # exp overflows above ~709
 MAX_LOG_NOISE = 36.0  # p up to 1 - e^-36, still below 1 in floating point
