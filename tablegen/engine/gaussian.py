@@ -43,6 +43,8 @@ SECOND_ROUND = 4  # plans (the best at the bracket's ends, alternately) evaluate
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
+CURVE_POINTS = 32  # eps points of eps_curve's first grid
+CURVE_REFINE = 6  # points added inside each delta's brackets
 
 
 def plain_clip(sigma: float, delta: float) -> float:
@@ -179,9 +181,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
         ValueError: a parameter out of range, or no eps up to the search's top is certified.
     """
     sigma, n = _checked(sigma, n)
-    delta = validate.open_unit("delta", delta)
-    if delta < DELTA_FLOOR:  # bounds are raised to it, and a term below every double is counted 0
-        raise ValueError(f"delta must be in [{DELTA_FLOOR:g}, 1) for the Gaussian, got delta={delta!r}")
+    delta = _checked_delta(delta)
     tried = plans(sigma, *(delta * share for share in PLAIN_SHARES))
     top = single_user_eps(sigma, delta)
     a, da, b, db, narrowing, ranked = _bracket(sigma, n, delta, tried, SEARCH_FLOOR * top, top)
@@ -234,6 +234,60 @@ def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
     sigma, n = _checked(sigma, n)
     eps = np.asarray(eps, dtype=float)
     return np.maximum(delta_upper(sigma, n, eps, plans(sigma, *DELTA_LADDER))[0], DELTA_FLOOR)  # never 0
+
+
+def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(certified eps, lower bound) at each of ``deltas`` from the privacy profile, for a table's slice.
+
+    ``delta_curve`` (the plans of DELTA_LADDER's deltas, shifted plans, E[G_+]) and ``delta_lower`` on a
+    geometric grid of CURVE_POINTS eps up to the single-user eps at the smallest delta (certified by
+    E[G_+] alone), then again on CURVE_REFINE points inside each delta's brackets; at each delta the
+    certified eps is the chord of the evaluated points around it (the exact delta is convex in e^eps, so
+    the chord of two upper bounds lies above it: docs/soundness.md, "Shuffled Gaussian", step 5), the
+    lower bound the largest point whose lower bound is above it, or the closed forms (largest report,
+    sum of the outputs).  Every delta at the cost of about two rounds of ``eps_bounds``' search, looser
+    than it by the plans it does not tune to each delta."""
+    sigma, n = _checked(sigma, n)
+    deltas = np.array([_checked_delta(d) for d in np.atleast_1d(np.asarray(deltas, dtype=float))])
+    closed = np.array([_closed_form_eps_lower(sigma, n, float(d)) for d in deltas])
+    top = single_user_eps(sigma, float(deltas.min()))
+    low = float(np.where(closed > 0, closed, SEARCH_FLOOR * top).min())  # below every delta's certified eps
+    grid = np.geomspace(min(max(low, SEARCH_FLOOR * top), top / 2), top, CURVE_POINTS)
+    upper, lower = delta_curve(sigma, n, grid), delta_lower(sigma, n, grid)
+    inner = [np.geomspace(grid[j - 1], grid[j], CURVE_REFINE + 2)[1:-1]
+             for j in {*_crossings(upper, deltas), *_crossings(lower, deltas)}]
+    if inner:
+        grid = np.concatenate([grid, *inner])
+        upper = np.concatenate([upper, delta_curve(sigma, n, grid[CURVE_POINTS:])])
+        lower = np.concatenate([lower, delta_lower(sigma, n, grid[CURVE_POINTS:])])
+        order = np.argsort(grid)
+        grid, upper, lower = grid[order], upper[order], lower[order]
+    j = np.array(_crossings(upper, deltas))
+    certified = np.where(upper[j - 1] <= deltas, grid[j - 1],
+                         chord_eps(grid[j - 1], upper[j - 1], grid[j], upper[j], deltas))
+    above = lower[None, :] > deltas[:, None]
+    from_grid = np.where(above.any(axis=1), grid[grid.size - 1 - np.argmax(above[:, ::-1], axis=1)], 0.0)
+    return np.asarray(certified, dtype=float), np.minimum(np.maximum(from_grid, closed), certified)
+
+
+def _crossings(values: np.ndarray, deltas: np.ndarray) -> list[int]:
+    """For each delta, the first index j >= 1 whose value is at most delta (the last index where none is)."""
+    below = values[None, :] <= deltas[:, None]
+    first = np.where(below.any(axis=1), np.argmax(below, axis=1), values.size - 1)
+    return [int(j) for j in np.maximum(first, 1)]
+
+
+def _checked_delta(delta: float) -> float:
+    delta = validate.open_unit("delta", delta)
+    if delta < DELTA_FLOOR:  # bounds are raised to it, and a term below every double is counted 0
+        raise ValueError(f"delta must be in [{DELTA_FLOOR:g}, 1) for the Gaussian, got delta={delta!r}")
+    return delta
+
+
+def _closed_form_eps_lower(sigma: float, n: int, delta: float) -> float:
+    """The larger of the largest report's and the sum of the outputs' eps (milliseconds)."""
+    return max(largest_report_eps(sigma, n, delta) if n > 1 else 0.0,
+               sum_eps_lower(sigma, n, delta, single_user_eps(sigma, delta)))
 
 
 def single_user_eps(sigma: float, delta: float) -> float:

@@ -132,6 +132,7 @@ def test_the_certified_eps_is_within_three_percent_of_a_direct_evaluation() -> N
     direct = _direct_blanket_eps(1.0, 10_000, 1e-6)
     b = gaussian.eps_bounds(1.0, 10_000, 1e-6)
     assert direct * 0.995 <= b.upper <= direct * 1.03
+    assert direct * 0.995 <= gaussian.eps_curve(1.0, 10_000, [1e-6])[0][0] <= direct * 1.05  # a table's slice
     assert direct / 2 <= b.lower <= b.upper
 
 
@@ -279,3 +280,24 @@ def test_the_largest_report_figures_quoted_in_the_docs_are_current(sigma: float,
     assert f"{lower} against our {upper}" in page or f"{lower} against {upper}" in page
     b = gaussian.eps_bounds(sigma, n, delta)
     assert b.lower == pytest.approx(float(lower), rel=1e-3) and b.upper == pytest.approx(float(upper), rel=2e-3)
+
+
+def test_a_slice_of_deltas_from_one_profile_is_certified_against_the_exact_pair_at_two_users() -> None:
+    """eps_curve at n = 2: the exact shuffled pair's delta (both values of the other user, 2-D integration)
+    is at most delta at the certified eps and above delta at the lower bound."""
+    deltas = [1e-4, 1e-3, 1e-2]
+    upper, lower = gaussian.eps_curve(1.0, 2, deltas)
+    for d, up, lo in zip(deltas, upper, lower, strict=True):
+        assert max(_shuffled_pair_delta(1.0, other, up) for other in (0, 1)) <= d * (1 + 1e-3)
+        assert lo == 0 or max(_shuffled_pair_delta(1.0, other, lo) for other in (0, 1)) >= d * (1 - 1e-3)
+        assert 0 <= lo <= up
+
+
+@pytest.mark.parametrize("sigma,n", [(1.0, 10**4), (4.0, 100), (2.0, 10**6)])
+def test_a_slice_of_deltas_is_ordered_and_near_the_search(sigma: float, n: int) -> None:
+    deltas = np.array([1e-12, 1e-9, 1e-6, 1e-4])
+    upper, lower = gaussian.eps_curve(sigma, n, deltas)
+    assert np.all(np.diff(upper) <= 0) and np.all(lower <= upper)
+    searched = np.array([gaussian.eps_bounds(sigma, n, d) for d in deltas[[0, 2]]], dtype=object)
+    for (up, lo), b in zip(zip(upper[[0, 2]], lower[[0, 2]], strict=True), searched, strict=True):
+        assert b.lower * (1 - 1e-9) <= up <= 1.05 * b.upper and lo <= b.upper
