@@ -132,12 +132,13 @@ def _large_eps0(quick: bool) -> list[str]:
     return lines
 
 
-KEPT_SECTIONS = ("## Binary randomized response", "## Shuffled Gaussian")
+KEPT_SECTIONS = ("## Binary randomized response", "## Shuffled Gaussian", "## Laplace: the exact pairs")
 
 
 def _kept_sections() -> list[str]:
     """The sections written from other benches' measured tables (``python -m bench binary``, ``python -m
-    bench gaussian``), kept as they are when the page is regenerated."""
+    bench gaussian``, ``python -m bench engine --only laplace``), kept as they are when the page is
+    regenerated."""
     page = (common.ROOT / "docs" / "mechanisms.md").read_text()
     lines: list[str] = []
     for title in KEPT_SECTIONS:

@@ -4,7 +4,9 @@ shuffled pairs' densities: 2-D quadrature at two users, Monte Carlo of the priva
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +106,22 @@ def test_exact_pair_refuses_other_inputs():
         exact_pair(1.0, 0.5, 0.0, PAIR_CELLS)
     with pytest.raises(ValueError, match="x2 an edge"):
         exact_pair(1.0, 1.0, 0.3, PAIR_CELLS)
+
+
+def test_the_table_quoted_in_the_docs_is_current():
+    """docs/mechanisms.md's Laplace table (``python -m bench engine --only laplace``): the certified eps
+    and both lower bounds as eps_bounds gives them now, to the 4 digits printed, at its cheap rows."""
+    page = (Path(__file__).resolve().parents[3] / "docs" / "mechanisms.md").read_text()
+    section = page[page.index("## Laplace: the exact pairs"):]
+    rows = re.findall(r"^\| (1e-06|1e-12) \| (\d) \| (1e\+0\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", section, re.M)
+    assert len(rows) == 20
+    laplace = get_mechanism("laplace")
+    old = replace(laplace, lower=lambda e: laplace.lower(e)[-1:])
+    checked = [r for r in rows if r[1] in "12" and float(r[2]) >= 1e4]
+    assert len(checked) == 6
+    for delta, eps0, n, certified, before, now in checked:
+        kw = {"eps0": float(eps0), "n": int(float(n)), "delta": float(delta)}
+        bounds = eps_bounds(laplace, **kw)
+        assert bounds.upper == pytest.approx(float(certified), rel=5e-4)
+        assert bounds.lower == pytest.approx(float(now), rel=5e-4)
+        assert eps_bounds(old, **kw).lower == pytest.approx(float(before), rel=5e-4)
