@@ -21,8 +21,9 @@ from tablegen.mechanisms.base import Mechanism
 S_CELLS = 32  # cells equal in s = e^(-eps0 t), upper bound
 T_CELLS = 24  # cells equal in t, upper bound
 LOWER_T_CELLS = 96  # cells equal in t per half, pair x2 = 1/2 (none in s: fewer components for joint products)
-PAIR_CELLS = 24  # cells of [0, 1], pairs with the other users at 0: 96 raised the live lower bound by at most 0.5%
-# (eps0 8, n 1e5) and a table's lower slices by 1e-5 (median) at twice their cost (docs/soundness.md)
+PAIR_CELLS = 24  # cells of [0, 1], pairs with the other users at 0: 96 raise the live lower bound by at most 0.5%
+# but lower the table's lower slices (more declines on the spectral lower path) at twice their cost, 12-16 lose
+# cells there (docs/soundness.md, "Laplace: the exact pairs")
 
 
 def _cells(eps0: float, t_cells: int, s_cells: int) -> tuple[np.ndarray, np.ndarray]:
