@@ -18,6 +18,10 @@ Parts (``python -m bench engine [--only PART ...] [--quick]``):
 * ``slice``: ``eps_slice`` over 701 n (1e2..1e9, 100 per decade) x 25 deltas (1e-12..1e-3) at
   resolution 10, with the allocator of a build worker: CPU s, and the peak of memory traced (numpy's
   arrays included) during a second run.
+* ``laplace``: Laplace's lower bound, eps0 1/2/4/8 x n 1e3..1e6 at delta 1e-6 (and eps0 4/8 at 1e-12):
+  the certified eps, the lower bound of the pair x2 = 1/2 alone (before the exact pairs) and of all three
+  pairs (docs/soundness.md, "Laplace: the exact pairs"), upper / lower, and the CPU s of each lower search
+  (``eps_bounds`` with the lower bound, less the same call without it).
 """
 
 from __future__ import annotations
@@ -230,7 +234,32 @@ def slices(args: argparse.Namespace) -> list[str]:
                            f"{deltas[j]:.2g}"], table)]
 
 
-PARTS: dict[str, common.Part] = {"query": query, "sweep": sweep, "paths": paths, "slice": slices}
+def laplace(args: argparse.Namespace) -> list[str]:
+    from dataclasses import replace
+
+    from tablegen.engine import eps_bounds
+    from tablegen.mechanisms import get_mechanism
+
+    mech = get_mechanism("laplace")
+    before = replace(mech, lower=lambda eps0: mech.lower(eps0)[-1:])  # the pair x2 = 1/2 alone
+    grid = [(1e-6, e, n) for e in (1.0, 2.0, 4.0, 8.0) for n in (10**3, 10**4, 10**5, 10**6)]
+    grid += [(1e-12, e, n) for e in (4.0, 8.0) for n in (10**4, 10**5)]
+    rows = []
+    for delta, eps0, n in (grid[:2] if args.quick else grid):
+        t_up, up = _cpu(lambda e=eps0, n=n, d=delta: eps_bounds(mech, eps0=e, n=n, delta=d, lower=False), 1)
+        t_old, old = _cpu(lambda e=eps0, n=n, d=delta: eps_bounds(before, eps0=e, n=n, delta=d), 1)
+        t_new, new = _cpu(lambda e=eps0, n=n, d=delta: eps_bounds(mech, eps0=e, n=n, delta=d), 1)
+        rows.append([f"{delta:g}", f"{eps0:g}", f"{n:.0e}", f"{up.upper:.4g}", f"{old.lower:.4g}", f"{new.lower:.4g}",
+                     f"{up.upper / old.lower:.2f}x", f"{up.upper / new.lower:.2f}x", f"{max(t_old - t_up, 0):.2f}",
+                     f"{max(t_new - t_up, 0):.2f}"])
+    return ["### Laplace: certified eps, lower bound before (pair x2 = 1/2) and with the exact pairs "
+            "(CPU s of the lower search)", "",
+            *common.table(["delta", "eps0", "n", "certified", "lower before", "lower now", "ratio before",
+                           "ratio now", "s before", "s now"], rows)]
+
+
+PARTS: dict[str, common.Part] = {"query": query, "sweep": sweep, "paths": paths, "slice": slices,
+                                 "laplace": laplace}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -181,7 +181,7 @@ def test_noise_integral_bounds_the_integral_and_refines_where_it_matters(monkeyp
     summed directly on a grid far finer than its oscillation) is below the bound; and the bound
     on coarse cells refined where they matter is within 3% of the bound on fine cells everywhere
     (REFINE = 1), and no larger than the coarse cells' alone (never refining)."""
-    d = Query(name, eps0, 1, params).lower[0]
+    d = Query(name, eps0, 1, params).lower[-1]
     eps_a, n_a = np.array([eps]), np.array([n])
     [(_, plan, law_eps)] = [p for p in spread_plans(d, eps_a, np.zeros(1, np.int64), n_a, lower.RESOLUTION,
                                                     lower.LOWER_TAIL_LOG) if p[0].size]
