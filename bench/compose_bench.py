@@ -19,6 +19,12 @@ Parts (``python -m bench compose [--only PART ...] [--quick]``):
   generic, RAPPOR; eps0 0.2-4, n 1e4-1e8, delta 1e-10-1e-5, T 2-1000, log-uniform; seeded): the default
   route (the engine's composition) and the table's own (``max_slack=None``), their ratios to compose,
   the time of each in a warm process, and ``lookup eps --rounds 365`` as a whole process.
+* ``gaussian``: rounds of the shuffled Gaussian on bits at eps 1, delta 1e-6, n 1e5 in total: the smallest
+  certified sigma for T = 1, 10, 100 rounds (``compose.sigma_min``; T = 1 also by the engine alone, tighter),
+  beside the sigma below which the T sums of the outputs alone exceed eps (``sum_floor``: no analysis
+  certifies less), with the eps spent, the bracket's width and the seconds of each search; and
+  ``rounds_max`` at sigma 0.5, 1, 2 with a mixed sequence (10 Gaussian rounds at sigma 1 and 10 of k-RR
+  k = 10, eps0 1, n 1e5).  ``--quick``: eps 0.02, n 1e4, T = 1, 4, tolerance 5%, sigma 8 (rounds_max) and 4 (the sequence).
 * ``joint``: k-joint compositions (k parts, eps0 / k each) of Laplace, k-RR k = 10 and RAPPOR, k = 2, 3, 4,
   each in a fresh one-core process capped at ``--mem-gib``: components of the merged upper and lower
   decompositions, build time, one certified eps(delta = 1e-6) at n = 1e6 with its lower bound, peak RSS.
@@ -194,6 +200,43 @@ def figure(args: argparse.Namespace) -> list[str]:
             *common.table(HEADER, _rows(results, rounds))]
 
 
+def gaussian_rounds(args: argparse.Namespace) -> list[str]:
+    from tablegen import compose
+    from tablegen.compose import budget
+    from tablegen.engine import gaussian
+
+    eps, delta, n = (0.02, 1e-6, 10**4) if args.quick else (1.0, 1e-6, 10**5)
+    rtol = 0.05 if args.quick else budget.RTOL
+    rows = []
+    for t in (1, 4) if args.quick else (1, 10, 100):
+        start = time.perf_counter()
+        noise = budget.sigma_min(rounds=t, eps=eps, delta=delta, n=n, rtol=rtol)
+        seconds = time.perf_counter() - start
+        floor = budget.sum_floor(rounds=t, eps=eps, delta=delta, n=n)
+        rows.append([t, f"{noise.sigma:.4g}", f"{noise.eps:.4g}", f"{noise.rtol:.1e}", f"{floor:.4g}",
+                     f"{seconds:.0f}"])
+    start = time.perf_counter()
+    engine = gaussian.sigma_min(eps, delta, n, rtol=rtol)
+    lines = [f"### Gaussian rounds: the smallest certified sigma for eps {eps:g}, delta {delta:g}, n {n:.0e} in total",
+             "", *common.table(["T", "sigma (composed)", "eps spent", "bracket width", "sum-of-outputs floor",
+                                "seconds"], rows), "",
+             f"- one round by the engine alone (`tablegen calibrate` without --rounds): sigma {engine:.4g} "
+             f"({time.perf_counter() - start:.0f} s)"]
+    for sigma in (8.0,) if args.quick else (0.5, 1.0, 2.0):
+        start = time.perf_counter()
+        b = compose.rounds_max("gaussian", n=n, eps=eps, delta=delta, sigma=sigma)
+        lines.append(f"- `rounds_max` at sigma {sigma:g}: {b.rounds}{'+' if b.capped else ''} rounds (eps spent "
+                     f"{b.eps:.4g}; {time.perf_counter() - start:.1f} s)")
+    mixed = [compose.Round.gaussian(4.0 if args.quick else 1.0, n, times=10),
+             compose.Round("krr", 1.0, n, {"k": 10}, times=10)]
+    start = time.perf_counter()
+    c = compose.eps_sequence(mixed, delta=delta)
+    lines.append(f"- 10 Gaussian rounds (sigma {mixed[0].params['sigma']:g}) and 10 of k-RR (k 10, eps0 1), n {n:.0e}: "
+                 f"eps {c.eps:.4g} at delta "
+                 f"{delta:g} ({time.perf_counter() - start:.1f} s)")
+    return lines
+
+
 def joint(args: argparse.Namespace) -> list[str]:
     cases = [("krr", {"k": 10})] if args.quick else [("laplace", {}), ("krr", {"k": 10}), ("rappor", {})]
     rows = []
@@ -261,7 +304,7 @@ def lookup_rounds(args: argparse.Namespace) -> list[str]:
 
 
 PARTS: dict[str, common.Part] = {"time": timing, "tightness": tightness, "figure": figure, "lookup": lookup_rounds,
-                                 "joint": joint}
+                                 "gaussian": gaussian_rounds, "joint": joint}
 
 
 def main(argv: list[str] | None = None) -> None:

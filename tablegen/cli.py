@@ -178,17 +178,31 @@ def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, de
           "n": int(users)}, as_json)
 
 
-def _calibrate_gaussian(eps: str, delta: str, n: str, as_json: bool) -> None:
-    """The smallest certified sigma of the Gaussian on bits (``tablegen.engine.gaussian.sigma_min``)."""
+def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, as_json: bool) -> None:
+    """The smallest certified sigma of the Gaussian on bits: one round by the engine
+    (``tablegen.engine.gaussian.sigma_min``), T > 1 rounds composed (``compose.sigma_min``)."""
+    from tablegen.compose.budget import RTOL
     from tablegen.engine import gaussian
 
     try:
         e, d, users = _number("eps", eps), _number("delta", delta), _number("n", n)
-        sigma = gaussian.sigma_min(e, d, users)
+        if rounds is None or _number("rounds", rounds) == 1:
+            sigma, total = gaussian.sigma_min(e, d, users, rtol=RTOL), 1
+            found = {"rtol": RTOL, "route": "one round (engine)"}
+        else:
+            from tablegen import compose
+
+            total = compose.checked_rounds(_number("rounds", rounds))
+            noise = compose.sigma_min(rounds=total, eps=e, delta=d, n=users, rtol=RTOL)
+            sigma, found = noise.sigma, {"eps_spent": noise.eps, "rtol": noise.rtol,
+                                         "route": "T rounds composed (privacy-loss distributions)"}
+    except ImportError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except ValueError as exc:
         _fail(exc)
     emit({"sigma": sigma, "certified": True, "mechanism": "gaussian", "inputs": "bits", "eps": e, "delta": d,
-          "n": int(users)}, as_json)
+          "n": int(users), "rounds": total, **found}, as_json)
 
 
 def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | None, eps: str | None,
@@ -219,15 +233,19 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
 @click.option("--eps", required=True, type=str, help="target eps > 0")
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
+@click.option("--rounds", type=str, default=None, help="gaussian: rounds T the (eps, delta) covers (default 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def calibrate(mechanism: str, eps: str, delta: str, n: str, as_json: bool) -> None:
+def calibrate(mechanism: str, eps: str, delta: str, n: str, rounds: str | None, as_json: bool) -> None:
     """Least noise certified (eps, delta)-DP: the largest p of a protocol, beside the paper's p, or the
-    smallest sigma of the Gaussian on bits."""
+    smallest sigma of the Gaussian on bits (over --rounds T rounds composed)."""
     from tablegen.protocols import accounting
 
     if mechanism.lower() == "gaussian":
-        return _calibrate_gaussian(eps, delta, n, as_json)
+        return _calibrate_gaussian(eps, delta, n, rounds, as_json)
     try:
+        if rounds is not None:
+            raise ValueError(f"calibrate of mechanism {mechanism!r} takes no --rounds (a protocol is calibrated for "
+                             "one round; --rounds is for mechanism 'gaussian')")
         e, d, users = _number("eps", eps), _number("delta", delta), _number("n", n)
         p = accounting.calibrate(mechanism, eps=e, delta=d, n=users)
     except ValueError as exc:
@@ -337,9 +355,8 @@ def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rou
     """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse;
     with --sample-rate q each user takes part in each round with probability q (docs/composition.md)."""
     if mechanism == "gaussian" or sigma is not None:
-        return _compose_gaussian(mechanism, n, sigma, rounds, delta, as_json, eps0=eps0, eps=eps, p=noise_p,
-                                 sample_rate=sample_rate, rounds_max=rounds_max or None, eps0_max=eps0_max or None,
-                                 compare=compare or None, **raw)
+        return _compose_gaussian(mechanism, n, sigma, rounds, delta, eps, rounds_max, as_json, eps0=eps0, p=noise_p,
+                                 sample_rate=sample_rate, eps0_max=eps0_max or None, compare=compare or None, **raw)
     try:
         args = _compose_arguments(mechanism, n, eps0, rounds, delta, eps, rounds_max, eps0_max, noise_p, raw)
         if sample_rate is not None:
@@ -353,24 +370,36 @@ def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rou
     emit({**result, "certified": True, "mechanism": mechanism, **_plain(args)}, as_json)
 
 
-def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | None, delta: str, as_json: bool,
-                      **others: Any) -> None:
-    """T rounds of the shuffled Gaussian on bits (``compose.gaussian_eps``); the other questions and
-    options refused by name."""
+def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | None, delta: str, eps: str | None,
+                      rounds_max: bool, as_json: bool, **others: Any) -> None:
+    """T rounds of the shuffled Gaussian on bits (``compose.eps``), or with --rounds-max how many fit in --eps
+    (``compose.rounds_max``); the other questions and options refused by name."""
     from tablegen import compose
 
     try:
-        _gaussian_only(mechanism, others, "compose of mechanism 'gaussian'", "T rounds at --sigma: --rounds, --n, "
-                       "--delta")
-        if sigma is None or rounds is None:
-            raise ValueError("compose of mechanism 'gaussian' needs --sigma and --rounds")
-        noise, users = _number("sigma", sigma), _number("n", n)
-        total = compose.checked_rounds(_number("rounds", rounds))
-        result = compose.gaussian_eps(sigma=noise, n=users, rounds=total, delta=_number("delta", delta))
+        _gaussian_only(mechanism, others, "compose of mechanism 'gaussian'", "T rounds at --sigma: --rounds, or "
+                       "--rounds-max with --eps; the smallest sigma for T rounds is tablegen calibrate --mechanism "
+                       "gaussian --rounds T")
+        if sigma is None:
+            raise ValueError("compose of mechanism 'gaussian' needs --sigma, the noise's standard deviation in "
+                             "[0.2, 50]")
+        if (rounds is None) != rounds_max:
+            raise ValueError("compose of mechanism 'gaussian' needs exactly one of --rounds (returns eps) and "
+                             "--rounds-max (with --eps: returns how many rounds fit)")
+        if (eps is not None) != rounds_max:
+            raise ValueError("--eps is the budget of --rounds-max: give both or neither")
+        noise, users, d = _number("sigma", sigma), _number("n", n), _number("delta", delta)
+        if rounds_max:
+            budget = _number("eps", eps)
+            b = compose.rounds_max("gaussian", n=users, eps=budget, delta=d, sigma=noise)
+            result = {"rounds_max": b.rounds, "eps_spent": b.eps, "at_least": b.capped, "eps": budget}
+        else:
+            total = compose.checked_rounds(_number("rounds", rounds))
+            result = {"eps": compose.gaussian_eps(sigma=noise, n=users, rounds=total, delta=d).eps, "rounds": total}
     except ValueError as exc:
         _fail(exc)
-    emit({"eps": result.eps, "certified": True, "mechanism": "gaussian", "inputs": "bits", "sigma": noise,
-          "n": int(users), "rounds": total, "delta": result.delta}, as_json)
+    emit({**result, "certified": True, "mechanism": "gaussian", "inputs": "bits", "sigma": noise, "n": int(users),
+          "delta": d}, as_json)
 
 
 def _compose_arguments(mechanism: str, n: str, eps0: str | None, rounds: str | None, delta: str, eps: str | None,
@@ -426,11 +455,12 @@ def _composed(mechanism: str, args: dict[str, Any], rounds_max: bool, eps0_max: 
 @main.command("compose-sequence")
 @click.option("--rounds", "rounds_json", required=True,
               help='JSON list (or a file holding it) of rounds: [{"mechanism": "krr", "k": 10, "eps0": 1, '
-                   '"n": 1e6, "times": 300}, ...]')
+                   '"n": 1e6, "times": 300}, {"mechanism": "gaussian", "sigma": 2, "n": 1e5, "times": 10}, ...]')
 @click.option("--delta", required=True, type=str, help="total delta in (0, 1)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def compose_sequence_command(rounds_json: str, delta: str, as_json: bool) -> None:
-    """Certified eps of a sequence of different shuffled rounds (mechanism, eps0, n per round)."""
+    """Certified eps of a sequence of different shuffled rounds (mechanism, eps0 or the Gaussian's sigma, n
+    per round)."""
     try:
         from tablegen import compose
 
@@ -460,10 +490,12 @@ def _rounds_from_json(text: str) -> list[Any]:
         raise ValueError("rounds must be a JSON list of objects")
     out = []
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not {"mechanism", "eps0", "n"} <= set(entry):
-            raise ValueError(f"rounds[{i}] needs mechanism, eps0 and n (times and sample_rate optional), got {entry!r}")
+        privacy = "sigma" if isinstance(entry, dict) and entry.get("mechanism") == "gaussian" else "eps0"
+        if not isinstance(entry, dict) or not {"mechanism", privacy, "n"} <= set(entry):
+            raise ValueError(f"rounds[{i}] needs mechanism, eps0 (gaussian: sigma) and n (times and sample_rate "
+                             f"optional), got {entry!r}")
         params = {k: v for k, v in entry.items() if k not in ("mechanism", "eps0", "n", "times", "sample_rate")}
-        out.append(Round(str(entry["mechanism"]), entry["eps0"], entry["n"], params, entry.get("times", 1),
+        out.append(Round(str(entry["mechanism"]), entry.get("eps0"), entry["n"], params, entry.get("times", 1),
                          entry.get("sample_rate", 1.0)))
     return out
 

@@ -32,14 +32,15 @@ SAMPLING = (dp_event.PoissonSampledDpEvent, dp_event.SampledWithReplacementDpEve
             dp_event.SampledWithoutReplacementDpEvent)
 
 
-def round_pld(mechanism: str, *, eps0: float, n: int, sample_rate: float = 1.0,
+def round_pld(mechanism: str, *, eps0: float | None = None, n: int, sample_rate: float = 1.0,
               value_discretization_interval: float = DISCRETIZATION, points: int = POINTS,
               **params: Any) -> PrivacyLossDistribution:
     """The certified PLD of one shuffled round (each user taking part with probability
     ``sample_rate``) as a pessimistic dp-accounting ``PrivacyLossDistribution``, symmetric (one
     PLD bounds both orders of every pair: dp-accounting's REMOVE and ADD directions alike), on the
     lattice ``value_discretization_interval`` so that it composes with dp-accounting's PLDs:
-    ``round_pld(...).self_compose(365).compose(from_gaussian_mechanism(...))``."""
+    ``round_pld(...).self_compose(365).compose(from_gaussian_mechanism(...))``.  The shuffled Gaussian:
+    ``round_pld("gaussian", n=n, sigma=sigma)`` (no eps0; ``gaussian_round_pld``)."""
     composite = core.lattice_round(mechanism, eps0=eps0, n=n, discretization=value_discretization_interval,
                                    points=points, sample_rate=sample_rate, **params)
     return _lift(PrivacyLossDistribution(composite.pmf), value_discretization_interval)
@@ -49,9 +50,8 @@ def gaussian_round_pld(*, sigma: float, n: int, value_discretization_interval: f
                        points: int = POINTS) -> PrivacyLossDistribution:
     """``round_pld`` for one round of the shuffled Gaussian on bits (each of n users reports its bit plus
     N(0, sigma^2); tablegen.engine.gaussian): its certified profile, symmetric in the pair's order."""
-    composite = core.gaussian_lattice_round(sigma=sigma, n=n, discretization=value_discretization_interval,
-                                            points=points)
-    return _lift(PrivacyLossDistribution(composite.pmf), value_discretization_interval)
+    return round_pld(core.GAUSSIAN, n=n, value_discretization_interval=value_discretization_interval, points=points,
+                     sigma=sigma)
 
 
 def _lift(loss: PrivacyLossDistribution, discretization: float) -> PrivacyLossDistribution:

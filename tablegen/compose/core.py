@@ -13,35 +13,58 @@ import numpy as np
 
 from tablegen import limits, validate
 from tablegen.compose import pld
-from tablegen.compose.profile import POINTS, Vertices, envelope, sample, tail_edge
+from tablegen.compose.profile import POINTS, TAIL, Vertices, envelope, sample, tail_edge
 
 MAX_ROUNDS = 10**6
 MAX_LATTICE = 10**7  # lattice steps a round's losses may span on a given lattice (its dense pmf: 80 MB)
+GAUSSIAN = "gaussian"  # bits plus N(0, sigma^2): no eps0, params {"sigma": sigma} (tablegen.engine.gaussian)
 
 
 @dataclass(frozen=True)
 class Round:
     """One kind of round: mechanism, eps0, n, the mechanism's parameters, how many times, and the
-    probability q that each user takes part (Poisson sampling; 1: every user, docs/composition.md)."""
+    probability q that each user takes part (Poisson sampling; 1: every user, docs/composition.md).
+    A Gaussian round (``Round.gaussian``) has no eps0 (None) and its noise in ``params["sigma"]``."""
 
     mechanism: str
-    eps0: float
+    eps0: float | None
     n: int
     params: dict[str, Any] = field(default_factory=dict)
     times: int = 1
     sample_rate: float = 1.0
+
+    @classmethod
+    def gaussian(cls, sigma: float, n: int, times: int = 1) -> Round:
+        """``times`` rounds of the shuffled Gaussian on bits: each of n users reports its bit plus N(0, sigma^2)."""
+        return cls(GAUSSIAN, None, n, {"sigma": sigma}, times)
 
     def key(self) -> str:
         return json.dumps([self.mechanism, self.eps0, self.n, self.params, self.sample_rate], sort_keys=True,
                           default=str)
 
     def profile(self, eps: np.ndarray) -> np.ndarray:
+        """Certified delta at each eps >= 0, for both orders of the pair (profile.py's input)."""
+        if self.mechanism == GAUSSIAN:  # symmetric: y -> 1 - y exchanges the pair (tablegen.engine.gaussian)
+            from tablegen.engine import gaussian
+
+            return gaussian.delta_curve(self.params["sigma"], self.n, eps)
         from tablegen.engine import delta_curve
         from tablegen.mechanisms import get_mechanism
         from tablegen.mechanisms.subsample import subsampled
 
         mechanism = subsampled(get_mechanism(self.mechanism), self.sample_rate)  # itself at q = 1
         return delta_curve(mechanism, eps0=self.eps0, n=self.n, eps=eps, **self.params)
+
+    def top(self) -> float:
+        """An eps whose certified delta is <= profile.TAIL, where the tail search starts: eps0 for an
+        eps0-LDP round (delta(eps0) = 0), and for the Gaussian the eps where the single-user bound E[G_+],
+        valid for every n, is <= TAIL."""
+        if self.mechanism == GAUSSIAN:
+            from tablegen.engine import gaussian
+
+            return gaussian.single_user_eps(self.params["sigma"], TAIL)
+        assert self.eps0 is not None  # _checked
+        return self.eps0
 
 
 @dataclass(frozen=True)
@@ -59,10 +82,10 @@ def checked_rounds(rounds: Any) -> int:
     return validate.integer_at_least("rounds", rounds, 1, MAX_ROUNDS)
 
 
-def eps(mechanism: str, *, eps0: float, n: int, rounds: int, delta: float, points: int = POINTS,
+def eps(mechanism: str, *, eps0: float | None = None, n: int, rounds: int, delta: float, points: int = POINTS,
         sample_rate: float = 1.0, **params: Any) -> Composition:
     """Certified eps of ``rounds`` identical shuffled rounds at total ``delta``, each user taking
-    part in each round with probability ``sample_rate``."""
+    part in each round with probability ``sample_rate`` (the Gaussian: no eps0, ``sigma=`` in params)."""
     return eps_sequence([Round(mechanism, eps0, n, params, checked_rounds(rounds), sample_rate)], delta=delta,
                         points=points)
 
@@ -76,27 +99,8 @@ def eps_sequence(rounds: Sequence[Round], *, delta: float, points: int = POINTS)
 
 def gaussian_eps(*, sigma: float, n: int, rounds: int, delta: float, points: int = POINTS) -> Composition:
     """Certified eps of ``rounds`` identical rounds of the shuffled Gaussian on bits (noise sd ``sigma``):
-    its certified profile (``tablegen.engine.gaussian.delta_curve``, symmetric in the pair's order)
-    made a PLD as any round's (profile.py; the top of the tail search is where the single-user bound,
-    valid for every n, is below ``profile.TAIL``)."""
-    rounds, delta = checked_rounds(rounds), validate.open_unit("delta", delta)
-    points = validate.integer_at_least("points", points, 2, 10**5)
-    profile, top = _gaussian_profile(sigma, n)
-    e_hi = tail_edge(profile, top)
-    hull = envelope(*sample(profile, e_hi, e_hi / points, points), e_hi / points)
-    return _read(pld.self_composed(pld.connect_dots(hull), rounds), rounds, delta)
-
-
-def _gaussian_profile(sigma: float, n: int) -> tuple[Any, float]:
-    """(profile, top) of a round of the shuffled Gaussian: ``tablegen.engine.gaussian.delta_curve`` and the
-    single-user bound's eps at TAIL (valid for every n), where the tail search starts."""
-    from tablegen.compose.profile import TAIL
-    from tablegen.engine import gaussian
-
-    def profile(eps: np.ndarray) -> np.ndarray:
-        return gaussian.delta_curve(sigma, n, eps)
-
-    return profile, gaussian.single_user_eps(gaussian.law.check_sigma(sigma), TAIL)
+    ``eps`` of ``Round.gaussian(sigma, n, rounds)``."""
+    return eps(GAUSSIAN, n=n, rounds=rounds, delta=delta, points=points, sigma=sigma)
 
 
 def eps_from_round(single: pld.Composite, *, rounds: int, delta: float) -> Composition:
@@ -122,7 +126,7 @@ def compose_rounds(rounds: Sequence[Round], points: int = POINTS) -> tuple[int, 
     for r in _checked(rounds):
         groups.setdefault(r.key(), r)
         counts[r.key()] = counts.get(r.key(), 0) + r.times
-    edges = {key: tail_edge(r.profile, r.eps0) for key, r in groups.items()}
+    edges = {key: tail_edge(r.profile, r.top()) for key, r in groups.items()}
     discretization = min(edges.values()) / validate.integer_at_least("points", points, 2, 10**5)
     hulls = {key: envelope(*sample(r.profile, edges[key], discretization, points), discretization)
              for key, r in groups.items()}
@@ -146,13 +150,41 @@ def _checked(rounds: Sequence[Round]) -> list[Round]:
         raise ValueError("rounds must list at least one round")
     out = []
     for r in rounds:
+        times = validate.integer_at_least("times", r.times, 1, MAX_ROUNDS)
+        if r.mechanism == GAUSSIAN:
+            out.append(Round(GAUSSIAN, None, limits.checked_n(r.n), _gaussian_params(r), times))
+            continue
+        if r.eps0 is None:
+            raise ValueError(f"a {r.mechanism!r} round needs eps0, the local privacy parameter "
+                             f"({limits.EPS0_MIN_TEXT})")
         e0 = limits.minimum_eps0(r.eps0)
         users = validate.integer_at_least("n", r.n, 1)
-        times = validate.integer_at_least("times", r.times, 1, MAX_ROUNDS)
         out.append(Round(r.mechanism, e0, users, dict(r.params), times, validate.rate("sample_rate", r.sample_rate)))
     if sum(r.times for r in out) > MAX_ROUNDS:
         raise ValueError(f"rounds must be an integer in [1, {MAX_ROUNDS}] in all, got {sum(r.times for r in out)}")
     return out
+
+
+def _gaussian_params(r: Round) -> dict[str, float]:
+    """A Gaussian round's params, {"sigma": sigma} with sigma in the engine's range (``inputs`` may be
+    "bits", the only domain certified); ValueError naming what it may not have."""
+    from tablegen.mechanisms import gaussian as law
+
+    why = "its privacy comes from sigma, the noise's standard deviation"
+    if r.eps0 is not None:
+        raise ValueError(f"a gaussian round takes no eps0 ({why}), got eps0={r.eps0!r}")
+    if r.sample_rate != 1:
+        raise ValueError(f"a gaussian round takes no sample_rate (subsampled Gaussian rounds are not certified), "
+                         f"got sample_rate={r.sample_rate!r}")
+    others = sorted(set(r.params) - {"sigma", "inputs"})
+    if others:
+        raise ValueError(f"a gaussian round takes no {others[0]} ({why}); its parameters are sigma and inputs")
+    if r.params.get("inputs", "bits") != "bits":
+        raise ValueError(f"a gaussian round answers inputs 'bits' only (x in [0, 1] is not certified yet: "
+                         f"docs/soundness.md, 'Shuffled Gaussian'), got inputs={r.params['inputs']!r}")
+    if "sigma" not in r.params:
+        raise ValueError("a gaussian round needs sigma, the noise's standard deviation")
+    return {"sigma": law.check_sigma(r.params["sigma"])}
 
 
 def eps_from_points(eps_points: np.ndarray, upper: np.ndarray, *, rounds: int, delta: float,
@@ -167,25 +199,19 @@ def eps_from_points(eps_points: np.ndarray, upper: np.ndarray, *, rounds: int, d
     return Composition(pld.eps_for_delta(composite, delta), delta, rounds, pld.delta_slack(composite))
 
 
-def one_round(mechanism: str, *, eps0: float, n: int, points: int = POINTS, sample_rate: float = 1.0,
+def one_round(mechanism: str, *, eps0: float | None = None, n: int, points: int = POINTS, sample_rate: float = 1.0,
               **params: Any) -> pld.Composite:
     """The certified PLD of one round (to be self-composed any number of times)."""
     return compose_rounds([Round(mechanism, eps0, n, params, sample_rate=sample_rate)], points)[1]
 
 
-def lattice_round(mechanism: str, *, eps0: float, n: int, discretization: float, points: int = POINTS,
+def lattice_round(mechanism: str, *, eps0: float | None = None, n: int, discretization: float, points: int = POINTS,
                   sample_rate: float = 1.0, **params: Any) -> pld.Composite:
     """The certified PLD of one round on a given lattice (another library's discretization): the
     profile sampled at about ``points`` multiples of ``discretization`` up to e_hi, as in
     ``compose_rounds`` (which picks its lattice itself)."""
     r = _checked([Round(mechanism, eps0, n, params, sample_rate=sample_rate)])[0]
-    return _on_lattice(r.profile, r.eps0, discretization, points)
-
-
-def gaussian_lattice_round(*, sigma: float, n: int, discretization: float, points: int = POINTS) -> pld.Composite:
-    """``lattice_round`` for one round of the shuffled Gaussian on bits (``gaussian_eps``'s profile)."""
-    profile, top = _gaussian_profile(sigma, n)
-    return _on_lattice(profile, top, discretization, points)
+    return _on_lattice(r.profile, r.top(), discretization, points)
 
 
 def _on_lattice(profile: Any, top: float, discretization: float, points: int) -> pld.Composite:
