@@ -325,6 +325,15 @@ def read_device(path: str, verified: bool = True, expect: tuple[str, dict[str, A
     return table
 
 
+def read_header(path: str) -> dict[str, Any]:
+    """The checked header of the device file at ``path`` (steps 1-6 of docs/device-format.md: magic,
+    length, strict JSON, format, keys, axes), its payload not read: what a caller asks before choosing
+    how to answer from the file (``axis_of``); DeviceFileError as ``read_device``."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        return _parse_header(path, _header_text(path, f, info.st_size if stat.S_ISREG(info.st_mode) else -1))
+
+
 def _header_text(path: str, f: BinaryIO, size: int) -> bytes:
     """The header of the open device file ``f`` of ``size`` bytes (-1: not a regular file), read after
     its magic and length are checked (at most ``MAX_HEADER_BYTES``, within the file)."""
