@@ -427,7 +427,7 @@ def monotone_in_sigma(upper: np.ndarray, lower: np.ndarray) -> tuple[np.ndarray,
     for axis in range(3):
         upper = np.minimum.accumulate(upper, axis=axis)
         lower = np.flip(np.fmax.accumulate(np.flip(lower, axis), axis=axis), axis)
-    return upper, np.fmin(lower, upper)
+    return upper, np.minimum(lower, upper)  # NaN (no lower bound anywhere at or above) stays NaN
 
 
 def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[float], n_min: float,

@@ -215,4 +215,4 @@ def test_lookup_answers_from_a_sigma_file_where_it_covers(gauss: Path) -> None:
     with pytest.raises(TableError, match="not a table of eps0"):
         open_table(str(gauss))
     header, upper, lower = _parts(gauss)
-    assert header["axis"] == "sigma" and upper.size == lower.size == 18
+    assert header["axis"] == "sigma" and upper.size == lower.size == 18 and np.isnan(lower).all()  # lower=False
