@@ -381,8 +381,9 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
         if stored is not None:
             value[i], source[i], slack[i] = stored, "table", math.nan
         elif not (live and live_engine.available()):
-            raise TableError(gaussian.no_live(live) if device is None else gaussian.no_live(
-                live, f"the device file does not cover sigma={point['sigma']:g} n={point['n']:g} delta={point['delta']:g}"))
+            missing = None if device is None else (f"the device file does not cover sigma={point['sigma']:g} "
+                                                   f"n={point['n']:g} delta={point['delta']:g}")
+            raise TableError(gaussian.no_live(live) if missing is None else gaussian.no_live(live, missing))
         else:
             value[i], lower[i] = gaussian.bounds(kind, point, inputs)
     return Answer(*(_shaped(a, shape) for a in (value, lower, source)), {}, _shaped(slack, shape),

@@ -4,8 +4,9 @@ It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's regi
 have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``).
 An eps query given a gaussian device file (format 3, a sigma axis: ``tablegen export --device
 --mechanism gaussian``) as its table is answered from the file where it covers the query
-(``device_file``, ``lookup.device.DeviceTable.eps_sigma``); every other answer is the engine's, ``tablegen.engine.gaussian`` (imported only when an answer is
-computed), cached as ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
+(``device_file``, ``lookup.device.DeviceTable.eps_sigma``); every other answer is the engine's,
+``tablegen.engine.gaussian`` (imported only when an answer is computed), cached as
+``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
 ``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
 parameters have the names of ``tablegen compute``: ``sigma``, the noise's standard deviation in
 units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or

@@ -40,7 +40,8 @@ def _format() -> Any:
 
 
 _shared = _format()
-MAGIC, FORMAT, FORMAT_AXIS, FORMATS, AXES = _shared.MAGIC, _shared.FORMAT, _shared.FORMAT_AXIS, _shared.FORMATS, _shared.AXES
+MAGIC, FORMAT, FORMAT_AXIS = _shared.MAGIC, _shared.FORMAT, _shared.FORMAT_AXIS
+FORMATS, AXES = _shared.FORMATS, _shared.AXES
 SIGMA_MIN, SIGMA_MAX = _shared.SIGMA_MIN, _shared.SIGMA_MAX
 FLOAT_SLACK = _shared.FLOAT_SLACK  # the chord's rounding pushed up (``chord``)
 DIGEST_KEY, DIGEST_TAIL = _shared.DIGEST_KEY, _shared.DIGEST_TAIL
@@ -445,8 +446,8 @@ def check_row(table: DeviceTable, r: int) -> None:
     def refuse(i: int, what: str) -> None:
         e, rest = divmod(i, n_n * n_delta)
         j, d = divmod(rest, n_delta)
-        raise DeviceFileError(f"refused, {h['family']} row {canonical(h['rows'][r])}: {what} at {first} {h[first][e]:g}, "
-                              f"n {h['n'][j]:g}, delta {h['delta'][d]:g}; rebuild or re-export it")
+        raise DeviceFileError(f"refused, {h['family']} row {canonical(h['rows'][r])}: {what} at {first} "
+                              f"{h[first][e]:g}, n {h['n'][j]:g}, delta {h['delta'][d]:g}; rebuild or re-export it")
 
     for i, u in enumerate(upper):
         cap = h["eps0"][i // (n_n * n_delta)] * (1 + CAP_RTOL) if first == "eps0" else math.inf

@@ -24,10 +24,10 @@ from shuffle_reference import binary_rr_delta, clone_law, exact_delta, krr_upper
 import lookup
 from lookup.device.files import read_device
 from lookup.store.table import TableError
-from tablegen.engine.dense import eps_slice
-from tablegen.engine import gaussian
-from tablegen.export import SLACK_FLOOR, export_deployment, monotone_in_sigma
 from tablegen.cli import main as tablegen_main
+from tablegen.engine import gaussian
+from tablegen.engine.dense import eps_slice
+from tablegen.export import SLACK_FLOOR, export_deployment, monotone_in_sigma
 from tablegen.store import round_float32
 
 ABS = 1e-15  # as test_engine_exact: absolute slack above an exact delta (the engine's own rounding)
