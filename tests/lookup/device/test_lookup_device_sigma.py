@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from lookup.trust import origin as trust
 from tablegen.engine import gaussian as engine
 from tablegen.export import export_gaussian
 
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "device-format.md"
 ROW = {"inputs": "bits"}
 ROW_JSON = json.dumps(ROW)
 # status codes of lookup/device/c/shuffle_eps_device.h
@@ -216,3 +218,10 @@ def test_lookup_answers_from_a_sigma_file_where_it_covers(gauss: Path) -> None:
         open_table(str(gauss))
     header, upper, lower = _parts(gauss)
     assert header["axis"] == "sigma" and upper.size == lower.size == 18 and np.isnan(lower).all()  # lower=False
+
+
+def test_the_documented_answer_is_current(gauss: Path) -> None:
+    """docs/device-format.md's sigma example (its file has more n, but sigma 1.5 and n 5000 read the same
+    cells: sigma 1, n 3162, deltas 1e-8 and 1e-6): the same answer, within 0.1% (the engine may move)."""
+    quoted = float(re.search(r"1\.5 5000 1e-7 +# ([0-9.]+)", DOCS.read_text()).group(1))
+    assert read_device(str(gauss)).eps_sigma(ROW, 1.5, 5000, 1e-7) == pytest.approx(quoted, rel=1e-3)
