@@ -5,9 +5,10 @@ A magic, a strict-JSON header that carries its own SHA-256 (``encode``, ``header
 certified eps rounded up and the lower bounds rounded down as float32; the surfaces are already
 monotone, so ``DeviceTable.eps`` applies the rules of ``lookup.answer.rules`` directly, after
 checking a row's values once.  The header is read first and the file's size checked against it
-before the payload is read; a signature signs ``signed_message`` (the family and rows too).  The
-format byte by byte, its bounds, and the C99 reader beside this one (``lookup/device/c/``):
-docs/device-format.md.
+before the payload is read; a signature signs ``signed_message`` (the family and rows too).  Format 3
+names the first axis (``axis_of``): a sigma file (the shuffled Gaussian) answers ``DeviceTable.eps_sigma``
+only, sigma rounded down.  The format byte by byte, its bounds, and the C99 reader beside this one
+(``lookup/device/c/``): docs/device-format.md.
 """
 
 from __future__ import annotations
