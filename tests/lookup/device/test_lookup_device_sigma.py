@@ -225,3 +225,33 @@ def test_the_documented_answer_is_current(gauss: Path) -> None:
     cells: sigma 1, n 3162, deltas 1e-8 and 1e-6): the same answer, within 0.1% (the engine may move)."""
     quoted = float(re.search(r"1\.5 5000 1e-7 +# ([0-9.]+)", DOCS.read_text()).group(1))
     assert read_device(str(gauss)).eps_sigma(ROW, 1.5, 5000, 1e-7) == pytest.approx(quoted, rel=1e-3)
+
+
+def test_a_signature_does_not_follow_a_sigma_file_relabelled_eps0(gauss: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signed message needs no axis line: the digest it signs covers the header, ``axis`` included, so
+    the same file relabelled as an eps0 file (its sigma axis under ``eps0``, re-sealed) is refused with
+    the genuine signature beside it, while the genuine file verifies."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from lookup.store import signing
+
+    key = Ed25519PrivateKey.generate()
+    private, public = tmp_path / "k.pem", tmp_path / "k.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    genuine = tmp_path / "g.dev"
+    genuine.write_bytes(gauss.read_bytes())
+    signing.sign(genuine, private)
+    monkeypatch.setenv(trust.ENV_KEYS, str(public))
+    assert read_device(str(genuine), expect=("gaussian", ROW)).provenance == "signed"
+    header, upper, lower = _parts(gauss)
+    header.update(axis="eps0", eps0=header.pop("sigma"), eps0_monotone=[True])
+    relabelled = tmp_path / "r.dev"
+    relabelled.write_bytes(encode(header, upper.tobytes() + lower.tobytes()))
+    trust.signature_path(genuine).rename(trust.signature_path(relabelled))
+    with pytest.raises(DeviceFileError, match="does not verify"):
+        read_device(str(relabelled), expect=("gaussian", ROW))
