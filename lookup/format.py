@@ -67,8 +67,11 @@ CAP_RTOL = 2.0**-11  # eps <= eps0 up to float32 rounding
 
 # device files (docs/device-format.md)
 MAGIC = b"SHEPSDV1"
-FORMAT = 2
-FORMATS = (1, 2)  # readable: 1, the re-serialised checksum; 2, the byte-exact one
+FORMAT = 2  # written for an eps0 axis, readable by every reader since 2026-11-25
+FORMAT_AXIS = 3  # written for a sigma axis: the header names its first axis (``axis``); a format-2 reader refuses it
+FORMATS = (1, 2, 3)  # readable: 1, the re-serialised checksum; 2, the byte-exact one; 3, 2 with a named first axis
+AXES = ("eps0", "sigma")  # a format-3 file's first axis: the LDP eps0 (answered rounded up) or the Gaussian's noise
+# sd sigma (answered rounded DOWN: the exact eps is non-increasing in sigma, docs/device-format.md)
 DIGEST_KEY = b',"sha256":"'  # format 2: the header ends with DIGEST_KEY + 64 hex digits + DIGEST_TAIL
 DIGEST_TAIL = b'"}'
 MAX_HEADER_BYTES = 1 << 20

@@ -691,17 +691,22 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 @click.option("--cut", is_flag=True,
               help="cut an existing table (--table, default the shipped one) instead of computing")
 @click.option("--table", default=None, help="source table to cut (implies --cut)")
+@click.option("--sigma", type=str, default=None,
+              help="gaussian: the noise's standard deviations stored, comma-separated, in [0.2, 50] (a sigma axis, "
+              "format 3; computed point by point, 0.3-5 s per cell)")
+@click.option("--inputs", type=click.Choice(["bits", "unit"]), default="bits", show_default=True,
+              help="gaussian: what users hold (bits only: unit is not certified yet)")
 @click.option("--out", required=True, help="device file to write")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
 def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_max: str | None, delta: str | None,
-           max_slack: str | None, no_lower: bool, cut: bool, table: str | None, out: str, as_json: bool,
-           **raw: Any) -> None:
+           max_slack: str | None, no_lower: bool, cut: bool, table: str | None, sigma: str | None, inputs: str,
+           out: str, as_json: bool, **raw: Any) -> None:
     """Write the device file of one deployment: computed with the slice engine at its eps0 and
     deltas exactly, n from --n-min to --n-max spaced so that two stored n are within --max-slack
     (float32, eps rounded up, lower bounds down); or, with --cut/--table, one family of a table
     cut to the deployment.  Reports size, axes, worst slack and time."""
     from lookup.store.table import TableError
-    from tablegen.export import MAX_SLACK, export_deployment, export_device
+    from tablegen.export import MAX_SLACK, export_deployment, export_device, export_gaussian
 
     def numbers(name: str, text: str | None) -> list[float] | None:
         return None if text is None else [_number(name, part.strip()) for part in text.split(",")]
@@ -713,7 +718,17 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
         low = None if n_min is None else _number("n_min", n_min)
         high = None if n_max is None else _number("n_max", n_max)
         slack = MAX_SLACK if max_slack is None else _number("max_slack", max_slack)
-        if cut or table is not None:
+        if mechanism == "gaussian" or sigma is not None:
+            _gaussian_only(mechanism, {"eps0": eps0, "max_slack": max_slack, "table": table, "cut": cut or None,
+                                       **params}, "export of mechanism 'gaussian'",
+                           "it is computed over --sigma, --n-min to --n-max and --delta")
+            if inputs != "bits" or sigma is None or delta is None:
+                raise ValueError("export of mechanism 'gaussian' needs --sigma and --delta (comma-separated values), "
+                                 "and --inputs bits (unit is not certified yet)")
+            result = export_gaussian(out, sigma=numbers("sigma", sigma) or [], delta=numbers("delta", delta) or [],
+                                     n_min=1e3 if low is None else low, n_max=1e6 if high is None else high,
+                                     lower=not no_lower, log=lambda line: click.echo(line, err=True))
+        elif cut or table is not None:
             if no_lower:
                 raise ValueError("--no-lower applies to a computed file; a cut keeps the table's lower bounds")
             result = export_device(out, mechanism, params, table, eps0=numbers("eps0", eps0), n_min=low,
@@ -738,11 +753,12 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
         return
     shape = result["shape"]
     at = result["worst_slack_at"]
+    first = "sigma" if "sigma" in result else "eps0"  # the first axis (gaussian: sigma, format 3)
     click.echo(f"wrote {result['file']}: {result['bytes']} bytes ({result['bytes'] / 1024:.1f} KiB), "
-               f"{shape[0]} x {shape[1]} x {shape[2]} x {shape[3]} (rows x eps0 x n x delta)"
+               f"{shape[0]} x {shape[1]} x {shape[2]} x {shape[3]} (rows x {first} x n x delta)"
                + (f", computed in {result['seconds']:.1f} s" if result.get("computed") else ""))
     click.echo(f"rows: {', '.join(result['rows'])}")
-    click.echo(f"eps0: {', '.join(f'{v:g}' for v in result['eps0'])}")
+    click.echo(f"{first}: {', '.join(f'{v:g}' for v in result[first])}")
     kind = "stored" if result.get("computed") else "grid"
     click.echo(f"n: {result['n'][0]:g} to {result['n'][-1]:g} ({len(result['n'])} {kind} values)")
     click.echo(f"delta: {', '.join(f'{v:g}' for v in result['delta'])}")
@@ -750,7 +766,7 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
         click.echo("worst slack: none (a single n)")
     else:
         click.echo(f"worst slack: {result['worst_slack']:.2%} (an answer between {kind} n can be this far above the "
-                   f"value at the next larger n; at {at['mechanism']} eps0 {at['eps0']:g}, n {at['n']:g} to "
+                   f"value at the next larger n; at {at['mechanism']} {first} {at[first]:g}, n {at['n']:g} to "
                    f"{at['n_next']:g}, delta {at['delta']:g}); where eps < {result['slack_floor']:g} at the larger n, "
                    f"at most {result['worst_excess_below_floor']:.3g} above it")
 

@@ -6,6 +6,8 @@ byte by byte, in docs/device-format.md.  Two ways to fill it:
 * ``export_deployment`` (the default of the command): computed with the slice engine for the
   deployment itself: its eps0 values exactly, its deltas exactly, and n from n_min to n_max at
   a spacing refined until two stored n are at most ``max_slack`` apart in eps (below);
+* ``export_gaussian`` (``--mechanism gaussian``): the shuffled Gaussian on bits, computed point by
+  point with ``tablegen.engine.gaussian`` over a sigma axis (format 3, ``"axis": "sigma"``);
 * ``export_device`` (``--cut``/``--table``): the rows of one mechanism family (optionally one
   parameter set) of an existing table, optionally cut to the axes a deployment needs (``cut``):
 
@@ -28,14 +30,14 @@ import json
 import math
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lookup.device.files import digest_in, encode
-from lookup.format import FORMAT, canonical_params
+from lookup.format import FORMAT, FORMAT_AXIS, SIGMA_MAX, SIGMA_MIN, canonical_params
 from lookup.store.table import Table, open_table
 from lookup.trust.origin import atomic_write, record_built
 from tablegen import ENGINE_VERSION, __version__
@@ -389,4 +391,101 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
             "mechanism": label, "eps0": axes["eps0"][where[1]], "n": axes["n"][where[2]],
             "n_next": axes["n"][where[2] + 1], "delta": axes["delta"][where[3]]},
         "rounds": rounds, "engine_version": ENGINE_VERSION, "seconds": round(seconds_compute, 3),
+    }
+
+
+# ------------------------------------------------------------------ the shuffled Gaussian, over a sigma axis
+
+GAUSSIAN_ROW = {"inputs": "bits"}  # the only inputs certified (lookup/answer/gaussian.py)
+GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, then about sqrt(10) apart, then n_max (0.3-5 s per cell, no refinement)
+
+
+def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], lower: bool,
+                     log: Callable[[str], None] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(certified eps, lower bounds or NaN) [sigma, n, delta] from ``tablegen.engine.gaussian.eps_bounds``,
+    point by point, ``log`` told of each sigma's progress."""
+    from tablegen.engine import gaussian
+
+    shape = (len(sigmas), ns.size, len(deltas))
+    upper, lows = np.empty(shape), np.full(shape, np.nan)
+    for index in np.ndindex(*shape):
+        b = gaussian.eps_bounds(sigmas[index[0]], int(ns[index[1]]), deltas[index[2]], lower=lower)
+        upper[index] = b.upper
+        lows[index] = np.nan if b.lower is None else b.lower
+        if log is not None and index[1:] == (ns.size - 1, len(deltas) - 1):
+            log(f"gaussian: sigma {sigmas[index[0]]:g} done ({index[0] + 1} of {len(sigmas)} sigma, "
+                f"{ns.size * len(deltas)} cells each)")
+    return upper, lows
+
+
+def monotone_in_sigma(upper: np.ndarray, lower: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Certified eps and lower bounds [sigma, n, delta] (each axis ascending) carried the way each may be:
+    the exact eps is non-increasing in sigma (more noise is post-processing: add independent N(0, s^2)
+    to each report), n and delta, so an upper bound at a point holds at every larger sigma, n and delta
+    (running minima along each axis, ascending) and a lower bound at every smaller one (running maxima,
+    descending); a lower bound above the upper one is lowered to it (the readers' invariant)."""
+    for axis in range(3):
+        upper = np.minimum.accumulate(upper, axis=axis)
+        lower = np.flip(np.fmax.accumulate(np.flip(lower, axis), axis=axis), axis)
+    return upper, np.minimum(lower, upper)  # NaN (no lower bound anywhere at or above) stays NaN
+
+
+def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[float], n_min: float,
+                    n_max: float, lower: bool = True, per_decade: int = GAUSSIAN_PER_DECADE,
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Compute and write the device file of the shuffled Gaussian on bits: format 3 with a sigma axis
+    (docs/device-format.md), at the ``sigma`` and ``delta`` values given (exactly those) and n from
+    n_min to n_max (both stored) ``per_decade`` apart; returns what was written.
+
+    Every stored eps is ``tablegen.engine.gaussian.eps_bounds``' certified value at its (sigma, n,
+    delta), made monotone by ``monotone_in_sigma`` and rounded UP to float32; every lower bound its
+    lower bound, carried the other way and rounded DOWN (NaN with ``lower=False``).
+
+    Args:
+        out: the device file's path.
+        sigma: the noise's standard deviations stored, in [SIGMA_MIN, SIGMA_MAX].
+        delta: the deltas stored.
+        n_min, n_max: the n range answered.
+        lower: also store lower bounds.
+        per_decade: n points per decade.
+        log: told of the progress (one line per sigma).
+
+    Returns:
+        What was written: size, axes, the worst slack between stored n and where, seconds.
+    """
+    start = time.perf_counter()
+    sigmas = _axis("sigma", sigma, lambda v: SIGMA_MIN <= v <= SIGMA_MAX, f"in [{SIGMA_MIN:g}, {SIGMA_MAX:g}]")
+    deltas = _axis("delta", delta, lambda v: 0 < v < 1, "in (0, 1)")
+    if not (1 <= n_min <= n_max < math.inf):
+        raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min:g} n_max={n_max:g}")
+    n = start_axis(int(math.floor(n_min)), int(math.ceil(n_max)), per_decade)
+    exact, lows = monotone_in_sigma(*_gaussian_points(sigmas, n, deltas, lower, log))
+    upper, lows = round_float32(exact, up=True)[None], round_float32(lows, up=False)[None]
+    axes = {"sigma": sigmas, "n": [int(v) for v in n], "delta": deltas}
+    header = {
+        "format": FORMAT_AXIS,
+        "axis": "sigma",
+        "family": "gaussian",
+        "rows": [GAUSSIAN_ROW],
+        **axes,
+        "shape": list(upper.shape),
+        "dtype": "<f4",
+        "rounding": "eps rounded up, lower bounds rounded down to float32",
+        "deployment": {"sigma": sigmas, "n_min": float(n_min), "n_max": float(n_max), "delta": deltas,
+                       "per_decade": per_decade},
+        "source": {"title": "computed for one deployment (tablegen export --device)", "spec_sha256": None,
+                   "engine_version": ENGINE_VERSION, "package_version": __version__,
+                   "date_created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
+    header_bytes, path = _write(out, header, upper, lows)
+    slack, where, excess = worst_slack(upper)
+    label = "gaussian inputs=bits"
+    return {
+        "file": str(path), "bytes": path.stat().st_size, "header_bytes": header_bytes, "computed": True,
+        "rows": [label], "shape": list(upper.shape), **axes,
+        "worst_slack": slack, "slack_floor": SLACK_FLOOR, "worst_excess_below_floor": excess,
+        "worst_slack_at": None if where is None else {
+            "mechanism": label, "sigma": axes["sigma"][where[1]], "n": axes["n"][where[2]],
+            "n_next": axes["n"][where[2] + 1], "delta": axes["delta"][where[3]]},
+        "engine_version": ENGINE_VERSION, "seconds": round(time.perf_counter() - start, 3),
     }

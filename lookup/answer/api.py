@@ -100,7 +100,7 @@ def eps(mechanism: str, *, eps0: Any = None, n: Any, delta: Any, table: Any = No
         others = {"eps0": eps0, "sample_rate": sample_rate}
         if rounds is not None:
             return _gaussian_composed(live, params, others, rounds, n=n, delta=delta)
-        return _gaussian("eps", live, params, others, n=n, delta=delta)
+        return _gaussian("eps", live, params, others, table, n=n, delta=delta)
     _eps0_given(mechanism, params, eps0)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
@@ -362,19 +362,30 @@ def _eps0_given(mechanism: str, params: dict[str, Any], eps0: Any) -> None:
         raise ValueError(f"mechanism {mechanism!r} needs eps0, the local privacy parameter ({EPS0_MIN_TEXT})")
 
 
-def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, Any], **args: Any) -> Answer:
-    """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): every query live
-    (arrays broadcast, sigma with them), certified, slack 0, no grid corner; what it does not take
-    refused by name, and without live computation a ``TableError`` (the tables have no rows of it)."""
+def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, Any], table: Any = None,
+              **args: Any) -> Answer:
+    """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): eps from a sigma
+    device file ``table`` names where it covers the query (source "table", no lower bound, slack
+    unknown), every other query live (arrays broadcast, sigma with them: certified, slack 0); no grid
+    corner; what it does not take refused by name, and without live computation a ``TableError``
+    where the file does not answer (the tables have no rows of it)."""
     inputs = gaussian.checked(kind, params, others)
     shape, flat = _broadcast({"sigma": params["sigma"], **args})
-    if not (live and live_engine.available()):
-        raise TableError(gaussian.no_live(live))
+    device = gaussian.device_file(table, inputs) if kind == "eps" else None
     size = math.prod(shape)
     value, lower = np.full(size, np.nan), np.full(size, np.nan)
-    for i in range(size):
-        value[i], lower[i] = gaussian.bounds(kind, {k: float(v[i]) for k, v in flat.items()}, inputs)
     source, slack, edge = np.full(size, "live", SOURCE), np.zeros(size), np.zeros(size, bool)
+    for i in range(size):
+        point = {k: float(v[i]) for k, v in flat.items()}
+        stored = None if device is None else gaussian.device_eps(device, point, inputs)
+        if stored is not None:
+            value[i], source[i], slack[i] = stored, "table", math.nan
+        elif not (live and live_engine.available()):
+            missing = None if device is None else (f"the device file does not cover sigma={point['sigma']:g} "
+                                                   f"n={point['n']:g} delta={point['delta']:g}")
+            raise TableError(gaussian.no_live(live) if missing is None else gaussian.no_live(live, missing))
+        else:
+            value[i], lower[i] = gaussian.bounds(kind, point, inputs)
     return Answer(*(_shaped(a, shape) for a in (value, lower, source)), {}, _shaped(slack, shape),
                   _shaped(edge, shape), _shaped(~edge, shape))
 

@@ -1,9 +1,12 @@
 """The shuffled Gaussian on bits (``gaussian``: each user reports x + N(0, sigma^2), x in {0, 1}), live.
 
 It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the tables
-have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``)
-and every answer is the engine's, ``tablegen.engine.gaussian`` (imported only when an answer is
-computed), cached as ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
+have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``).
+An eps query given a gaussian device file (format 3, a sigma axis: ``tablegen export --device
+--mechanism gaussian``) as its table is answered from the file where it covers the query
+(``device_file``, ``lookup.device.DeviceTable.eps_sigma``); every other answer is the engine's,
+``tablegen.engine.gaussian`` (imported only when an answer is computed), cached as
+``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
 ``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
 parameters have the names of ``tablegen compute``: ``sigma``, the noise's standard deviation in
 units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or
@@ -14,6 +17,7 @@ units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (t
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from lookup.answer import live as live_engine
@@ -76,11 +80,52 @@ def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
     return inputs
 
 
-def no_live(live: bool) -> str:
-    """Why a gaussian question is refused without live computation (the message of a TableError)."""
+_DEVICE: dict[tuple[str, float, str], Any] = {}  # sigma device files read, by (path, mtime, inputs)
+
+
+def device_file(table: Any, inputs: str) -> Any:
+    """The sigma device file (``lookup.device.DeviceTable``) that ``table`` names, read as the gaussian
+    row of ``inputs`` with its trust checks (``read_device``: shipped, built here, or signed by a
+    trusted key), or None where ``table`` is anything else (None, a ``Table``, a table store, an eps0
+    device file: the tables have no gaussian rows, the answer is live as before); a sigma file that
+    is refused (tampered, untrusted, another mechanism's) raises TableError, never answered live in
+    its place unnoticed."""
+    from lookup.device.files import DeviceFileError, axis_of, read_device, read_header
+    from lookup.store.table import TableError
+
+    if not isinstance(table, (str, os.PathLike)) or not os.path.isfile(table):
+        return None
+    path = os.path.realpath(table)
+    try:
+        if axis_of(read_header(path)) != "sigma":
+            return None
+        key = (path, os.stat(path).st_mtime, inputs)
+        if key not in _DEVICE:
+            _DEVICE[key] = read_device(path, expect=(NAME, {"inputs": inputs}))
+    except DeviceFileError as err:
+        if "bad magic" in str(err):  # not a device file: a table's own error path refuses it
+            return None
+        raise TableError(str(err)) from None
+    return _DEVICE[key]
+
+
+def device_eps(device: Any, point: dict[str, float], inputs: str) -> float | None:
+    """Certified eps of the sigma device file ``device`` at ``point`` (sigma, n, delta): sigma and n
+    rounded down, the delta chord (``DeviceTable.eps_sigma``); None where the file does not cover it."""
+    try:
+        return device.eps_sigma({"inputs": inputs}, point["sigma"], point["n"], point["delta"])
+    except ValueError as err:
+        if "does not cover" in str(err):
+            return None
+        raise
+
+
+def no_live(live: bool, missing: str = "the tables have no rows of it yet") -> str:
+    """Why a gaussian question is refused without live computation (the message of a TableError);
+    ``missing``: why no table answers it."""
     why = ("live computation is off (--no-live, live=False)" if not live
            else "the engine (tablegen) is not installed")
-    return f"mechanism {NAME!r} is answered live only (the tables have no rows of it yet) and {why}"
+    return f"mechanism {NAME!r} is answered live only ({missing}) and {why}"
 
 
 def bounds(kind: str, point: dict[str, float], inputs: str) -> tuple[float, float]:

@@ -7,6 +7,7 @@ from lookup.device.files import (
     DIGEST_TAIL,
     FLOAT_SLACK,
     FORMAT,
+    FORMAT_AXIS,
     FORMATS,
     HEADER_KEYS,
     MAGIC,
@@ -18,6 +19,7 @@ from lookup.device.files import (
     Cell,
     DeviceFileError,
     DeviceTable,
+    axis_of,
     canonical,
     check_row,
     checksum_v1,
@@ -30,6 +32,7 @@ from lookup.device.files import (
     locate,
     member_text,
     read_device,
+    read_header,
     signed_message,
 )
 
@@ -42,6 +45,7 @@ __all__ = [
     "DeviceTable",
     "FLOAT_SLACK",
     "FORMAT",
+    "FORMAT_AXIS",
     "FORMATS",
     "HEADER_KEYS",
     "MAGIC",
@@ -50,6 +54,7 @@ __all__ = [
     "MONOTONE_ATOL",
     "MONOTONE_RTOL",
     "SIGNED",
+    "axis_of",
     "canonical",
     "check_row",
     "checksum_v1",
@@ -62,5 +67,6 @@ __all__ = [
     "locate",
     "member_text",
     "read_device",
+    "read_header",
     "signed_message",
 ]

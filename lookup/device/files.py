@@ -5,9 +5,10 @@ A magic, a strict-JSON header that carries its own SHA-256 (``encode``, ``header
 certified eps rounded up and the lower bounds rounded down as float32; the surfaces are already
 monotone, so ``DeviceTable.eps`` applies the rules of ``lookup.answer.rules`` directly, after
 checking a row's values once.  The header is read first and the file's size checked against it
-before the payload is read; a signature signs ``signed_message`` (the family and rows too).  The
-format byte by byte, its bounds, and the C99 reader beside this one (``lookup/device/c/``):
-docs/device-format.md.
+before the payload is read; a signature signs ``signed_message`` (the family and rows too).  Format 3
+names the first axis (``axis_of``): a sigma file (the shuffled Gaussian) answers ``DeviceTable.eps_sigma``
+only, sigma rounded down.  The format byte by byte, its bounds, and the C99 reader beside this one
+(``lookup/device/c/``): docs/device-format.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def _format() -> Any:
 
 
 _shared = _format()
-MAGIC, FORMAT, FORMATS = _shared.MAGIC, _shared.FORMAT, _shared.FORMATS
+MAGIC, FORMAT, FORMAT_AXIS = _shared.MAGIC, _shared.FORMAT, _shared.FORMAT_AXIS
+FORMATS, AXES = _shared.FORMATS, _shared.AXES
+SIGMA_MIN, SIGMA_MAX = _shared.SIGMA_MIN, _shared.SIGMA_MAX
 FLOAT_SLACK = _shared.FLOAT_SLACK  # the chord's rounding pushed up (``chord``)
 DIGEST_KEY, DIGEST_TAIL = _shared.DIGEST_KEY, _shared.DIGEST_TAIL
 MONOTONE_RTOL, MONOTONE_ATOL, CAP_RTOL = _shared.MONOTONE_RTOL, _shared.MONOTONE_ATOL, _shared.CAP_RTOL
@@ -68,6 +71,7 @@ class DeviceTable:
         self.checked: set[int] = set()
         self.text = text  # the header as written in the file
         self.expected = expected  # the one row answered (read_device's ``expect`` named its parameters), else None
+        self.axis = axis_of(header)  # the first axis: "eps0" or "sigma" (format 3 names it)
 
     def signed_message(self) -> bytes:
         """What a signature of this file signs (``signed_message``)."""
@@ -82,12 +86,14 @@ class DeviceTable:
         _, n_eps0, n_n, n_delta = self.shape
         return self.upper[((r * n_eps0 + e) * n_n + j) * n_delta + d]
 
-    def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
-        """Certified eps (the rules of ``lookup.answer.rules`` for one query); ValueError when the file
-        cannot answer (row absent, eps0 above the grid, n or delta below it), DeviceFileError
-        when the row's values break an invariant (``check_row``, once per row)."""
-        if not (0 < eps0 < math.inf and 1 <= n < math.inf and 0 < delta < 1):
-            raise ValueError(f"need eps0 > 0, n >= 1 and delta in (0, 1), got eps0={eps0} n={n} delta={delta}")
+    def _checked_row(self, params: dict[str, Any], axis: str, x: float, n: float, delta: float) -> int | None:
+        """The row of ``params`` (None where absent), its values checked once (``check_row``), after
+        refusing a query whose first axis ``axis`` is not the file's or whose numbers are out of range."""
+        if axis != self.axis:
+            raise ValueError(f"the device file's first axis is {self.axis}, not {axis}: it answers queries at a "
+                             f"{self.axis} only")
+        if not (0 < x < math.inf and 1 <= n < math.inf and 0 < delta < 1):
+            raise ValueError(f"need {axis} > 0, n >= 1 and delta in (0, 1), got {axis}={x} n={n} delta={delta}")
         r = self.row(params)
         if self.expected is not None and r != self.expected:
             raise ValueError(f"the device file was opened for {canonical(self.header['rows'][self.expected])} only, "
@@ -95,11 +101,32 @@ class DeviceTable:
         if r is not None and r not in self.checked:
             check_row(self, r)
             self.checked.add(r)
+        return r
+
+    def eps(self, params: dict[str, Any], eps0: float, n: float, delta: float) -> float:
+        """Certified eps (the rules of ``lookup.answer.rules`` for one query); ValueError when the file
+        cannot answer (a sigma file, row absent, eps0 above the grid, n or delta below it),
+        DeviceFileError when the row's values break an invariant (``check_row``, once per row)."""
+        r = self._checked_row(params, "eps0", eps0, n, delta)
         cell = locate(self.header["eps0"], self.header["n"], self.header["delta"], eps0, n, delta)
         if (r is None or cell is None
                 or (not self.header["eps0_monotone"][r] and self.header["eps0"][cell.eps0_up] != eps0)):
             raise ValueError(f"the device file does not cover {params} eps0={eps0} n={n} delta={delta}")
         return min(chord(lambda d: self.value(r, cell.eps0_up, cell.n_down, d), cell), eps0)
+
+    def eps_sigma(self, params: dict[str, Any], sigma: float, n: float, delta: float) -> float:
+        """Certified eps of a sigma file (the Gaussian): sigma rounded DOWN to the largest stored sigma
+        <= the query's, n down, the delta chord as ``eps``, no eps0 cap.  Each rule can only raise the
+        answer because the exact eps is non-increasing in sigma (more noise is post-processing: add
+        independent N(0, s^2) to each report), in n and in delta.  ValueError when the file cannot
+        answer (an eps0 file, row absent, sigma below the grid, n or delta below it)."""
+        r = self._checked_row(params, "sigma", sigma, n, delta)
+        k = bisect.bisect_right(self.header["sigma"], sigma) - 1  # sigma rounded down
+        cell = locate([1.0], self.header["n"], self.header["delta"], 1.0, n, delta)  # n and delta as eps0 files
+        if r is None or k < 0 or cell is None:
+            why = "sigma is below the smallest sigma of the device file" if k < 0 else "not covered"
+            raise ValueError(f"the device file does not cover {params} sigma={sigma} n={n} delta={delta} ({why})")
+        return chord(lambda d: self.value(r, k, cell.n_down, d), cell)
 
 
 class Cell:
@@ -207,28 +234,49 @@ def digest_in(text: bytes) -> str | None:
 
 
 HEADER_KEYS = {"family": str, "rows": list, "eps0_monotone": list, "eps0": list, "n": list, "delta": list,
-               "shape": list, "dtype": str, "sha256": str}
+               "shape": list, "dtype": str, "sha256": str}  # an eps0 file's; a sigma file's: ``required_keys``
+
+
+def axis_of(header: dict[str, Any]) -> str:
+    """The first axis of a parsed header: its ``axis`` in format 3, "eps0" in formats 1 and 2 (which
+    know no other)."""
+    return header.get("axis") if header.get("format") == FORMAT_AXIS else "eps0"
+
+
+def required_keys(header: dict[str, Any]) -> dict[str, type]:
+    """The keys a header of its format and first axis must hold, with their JSON types: ``HEADER_KEYS``
+    (format 3: and ``axis``); a sigma file holds ``sigma`` in place of ``eps0`` and ``eps0_monotone``."""
+    if header.get("format") != FORMAT_AXIS:
+        return HEADER_KEYS
+    keys = {"axis": str, **HEADER_KEYS}
+    if header.get("axis") == "sigma":
+        keys = {("sigma" if k == "eps0" else k): v for k, v in keys.items() if k != "eps0_monotone"}
+    return keys
 
 
 def _check_header(path: str, header: dict[str, Any]) -> None:
     """Every header key present with its type, axes of finite numbers strictly increasing in
     their domain; DeviceFileError naming the key."""
-    for key, kind in HEADER_KEYS.items():
+    if axis_of(header) not in AXES:
+        raise DeviceFileError(f"{path}: refused, header key 'axis' is {header.get('axis')!r}, not one of "
+                              f"{', '.join(AXES)}")
+    for key, kind in required_keys(header).items():
         if not isinstance(header.get(key), kind):
             raise DeviceFileError(f"{path}: refused, header key {key!r} is missing or not a {kind.__name__}")
     if not all(isinstance(r, dict) for r in header["rows"]) or not all(
-            isinstance(v, bool) for v in header["eps0_monotone"]):
+            isinstance(v, bool) for v in (header["eps0_monotone"] if axis_of(header) == "eps0" else [])):
         raise DeviceFileError(f"{path}: refused, header keys 'rows' / 'eps0_monotone' malformed")
     rows = [canonical(r) for r in header["rows"]]
     if len(set(rows)) != len(rows):  # answered from the first copy here and the last by open_table: refused
         twice = next(r for r in rows if rows.count(r) > 1)
         raise DeviceFileError(f"{path}: refused, header key 'rows' names the same parameters twice ({twice})")
-    low = {"eps0": 0.0, "n": 1.0, "delta": 0.0}
+    low = {axis_of(header): 0.0, "n": 1.0, "delta": 0.0}
     for key, lowest in low.items():
         axis = header[key]
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in axis)
         if not (numbers and axis and all(a < b for a, b in zip(axis, axis[1:], strict=False))
-                and axis[0] >= lowest and (axis[0] > 0 or key == "n") and (key != "delta" or axis[-1] < 1)):
+                and axis[0] >= lowest and (axis[0] > 0 or key == "n") and (key != "delta" or axis[-1] < 1)
+                and (key != "sigma" or SIGMA_MIN <= axis[0] <= axis[-1] <= SIGMA_MAX)):
             raise DeviceFileError(f"{path}: refused, header axis {key!r} is not finite numbers strictly increasing "
                                   "in its domain")
 
@@ -279,6 +327,15 @@ def read_device(path: str, verified: bool = True, expect: tuple[str, dict[str, A
     return table
 
 
+def read_header(path: str) -> dict[str, Any]:
+    """The checked header of the device file at ``path`` (steps 1-6 of docs/device-format.md: magic,
+    length, strict JSON, format, keys, axes), its payload not read: what a caller asks before choosing
+    how to answer from the file (``axis_of``); DeviceFileError as ``read_device``."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        return _parse_header(path, _header_text(path, f, info.st_size if stat.S_ISREG(info.st_mode) else -1))
+
+
 def _header_text(path: str, f: BinaryIO, size: int) -> bytes:
     """The header of the open device file ``f`` of ``size`` bytes (-1: not a regular file), read after
     its magic and length are checked (at most ``MAX_HEADER_BYTES``, within the file)."""
@@ -305,7 +362,7 @@ def _parse_header(path: str, text: bytes) -> dict[str, Any]:
     fmt = header.get("format") if isinstance(header, dict) else None
     if isinstance(fmt, bool) or fmt not in FORMATS:
         raise DeviceFileError(f"{path}: unsupported format {fmt!r} (this reader: {', '.join(map(str, FORMATS))})")
-    if fmt == 2 and (digest_in(text) is None or header.get("sha256") != digest_in(text)):
+    if fmt != 1 and (digest_in(text) is None or header.get("sha256") != digest_in(text)):
         raise DeviceFileError(f"{path}: refused, the header does not end with its SHA-256 "
                               '(,"sha256":"<64 lowercase hex digits>"})')
     _check_header(path, header)
@@ -316,9 +373,9 @@ def _check_layout(path: str, header: dict[str, Any], length: int, size: int) -> 
     """The number of cells R E N D, where ``shape`` and ``dtype`` match the axes and rows and the file's
     ``size`` is the one its header (of ``length`` bytes) gives, 12 + H + 8 R E N D, at most ``MAX_FILE_BYTES``."""
     shape = header["shape"]
-    axes = [len(header["rows"]), len(header["eps0"]), len(header["n"]), len(header["delta"])]
+    axes = [len(header["rows"]), len(header[axis_of(header)]), len(header["n"]), len(header["delta"])]
     if (not all(type(v) is int for v in shape) or shape != axes or header.get("dtype") != "<f4"
-            or len(header["eps0_monotone"]) != len(header["rows"])):
+            or (axis_of(header) == "eps0" and len(header["eps0_monotone"]) != len(header["rows"]))):
         raise DeviceFileError(f"{path}: header shape {shape} or dtype does not match its axes {axes}")
     count = math.prod(shape)
     if 12 + length + 8 * count > MAX_FILE_BYTES:
@@ -378,29 +435,30 @@ def _provenance(path: str, digest: str, verified: bool, message: bytes) -> str:
 
 def check_row(table: DeviceTable, r: int) -> None:
     """Row r's stored values against ``lookup.store.checks.check_row``'s invariants (the same
-    comparisons in float64, standard library only): eps finite and in [0, eps0 (1 + CAP_RTOL)],
-    lower bounds NaN or in [0, eps], eps monotone as the exact eps up to MONOTONE_RTOL (non-
-    decreasing in eps0 for eps0-monotone rows, non-increasing in n and delta); DeviceFileError
-    naming the first failing cell."""
+    comparisons in float64, standard library only): eps finite and in [0, eps0 (1 + CAP_RTOL)]
+    (a sigma file: in [0, inf), the Gaussian has no eps0), lower bounds NaN or in [0, eps], eps
+    monotone as the exact eps up to MONOTONE_RTOL (non-decreasing in eps0 for eps0-monotone rows,
+    non-increasing in sigma, n and delta); DeviceFileError naming the first failing cell."""
     _, n_eps0, n_n, n_delta = table.shape
-    h = table.header
+    h, first = table.header, table.axis
     base = r * n_eps0 * n_n * n_delta
     upper, lower = table.upper[base:base + n_eps0 * n_n * n_delta], table.lower[base:base + n_eps0 * n_n * n_delta]
 
     def refuse(i: int, what: str) -> None:
         e, rest = divmod(i, n_n * n_delta)
         j, d = divmod(rest, n_delta)
-        raise DeviceFileError(f"refused, {h['family']} row {canonical(h['rows'][r])}: {what} at eps0 {h['eps0'][e]:g}, "
-                              f"n {h['n'][j]:g}, delta {h['delta'][d]:g}; rebuild or re-export it")
+        raise DeviceFileError(f"refused, {h['family']} row {canonical(h['rows'][r])}: {what} at {first} "
+                              f"{h[first][e]:g}, n {h['n'][j]:g}, delta {h['delta'][d]:g}; rebuild or re-export it")
 
     for i, u in enumerate(upper):
-        cap = h["eps0"][i // (n_n * n_delta)] * (1 + CAP_RTOL)
+        cap = h["eps0"][i // (n_n * n_delta)] * (1 + CAP_RTOL) if first == "eps0" else math.inf
         if not (math.isfinite(u) and 0 <= u <= cap):
-            refuse(i, f"eps={u!r} outside [0, eps0]")
+            refuse(i, f"eps={u!r} outside [0, eps0]" if first == "eps0" else f"eps={u!r} not finite and >= 0")
     for i, (u, lo) in enumerate(zip(upper, lower, strict=True)):
         if not (math.isnan(lo) or 0 <= lo <= u):
             refuse(i, f"lower bound {lo!r} outside [0, eps={u!r}]")
-    strides = (("eps0", n_n * n_delta, n_eps0, +1), ("n", n_delta, n_n, -1), ("delta", 1, n_delta, -1))
+    strides = ((first, n_n * n_delta, n_eps0, +1 if first == "eps0" else -1), ("n", n_delta, n_n, -1),
+               ("delta", 1, n_delta, -1))
     for name, stride, size, sign in strides:
         if name == "eps0" and not h["eps0_monotone"][r]:
             continue

@@ -224,6 +224,9 @@ def _open_device(path: str, verified: bool) -> Table:
             d = read_device(path, verified=verified)
         except DeviceFileError as err:
             raise TableError(str(err)) from None
+        if d.axis != "eps0":  # a Table's first axis is eps0: a sigma file is never read as one
+            raise TableError(f"{path}: a device file over sigma (mechanism gaussian) is not a table of eps0; "
+                             "it answers lookup.eps('gaussian', ..., table=PATH) (lookup eps --table PATH)")
         shape = d.shape
         upper = np.asarray(d.upper, dtype=float).reshape(shape)
         lower = np.asarray(d.lower, dtype=float).reshape(shape)

@@ -24,8 +24,10 @@ from shuffle_reference import binary_rr_delta, clone_law, exact_delta, krr_upper
 import lookup
 from lookup.device.files import read_device
 from lookup.store.table import TableError
+from tablegen.cli import main as tablegen_main
+from tablegen.engine import gaussian
 from tablegen.engine.dense import eps_slice
-from tablegen.export import SLACK_FLOOR, export_deployment
+from tablegen.export import SLACK_FLOOR, export_deployment, monotone_in_sigma
 from tablegen.store import round_float32
 
 ABS = 1e-15  # as test_engine_exact: absolute slack above an exact delta (the engine's own rounding)
@@ -177,3 +179,41 @@ def test_binary_rr_device_file_stores_the_exact_path(tmp_path: Path) -> None:
         assert binary_rr_delta(1.0, v, n) <= 1e-4 + ABS  # certified
         assert binary_rr_delta(1.0, v / 1.01, n) > 1e-4  # within 1% of the exact eps
         assert v < top  # tighter than the blanket bound
+
+
+def test_monotone_in_sigma_carries_each_bound_its_own_way() -> None:
+    """Upper bounds carried to larger sigma, n and delta (the smallest of those at or below a point),
+    lower bounds to smaller ones (the largest of those at or above it, then at most the upper one): by
+    loops over every pair of points, against the running minima and maxima."""
+    rng = np.random.default_rng(5)
+    upper, lower = rng.uniform(0.1, 1, (3, 4, 2)), rng.uniform(0.05, 1.2, (3, 4, 2))
+    lower[1, 2, 0] = np.nan  # none there: the others carried over it
+    got_upper, got_lower = monotone_in_sigma(upper, lower)
+    for i, j, d in np.ndindex(*upper.shape):
+        below = upper[:i + 1, :j + 1, :d + 1]
+        assert got_upper[i, j, d] == below.min()
+        above = lower[i:, j:, d:]
+        assert got_lower[i, j, d] == min(np.nanmax(above), got_upper[i, j, d])
+    none = monotone_in_sigma(upper, np.full_like(lower, np.nan))[1]
+    assert np.isnan(none).all()  # no lower bound is never made one (the upper bound is not a lower bound)
+
+
+def test_gaussian_export_stores_the_engine_value(tmp_path: Path) -> None:
+    """``tablegen export --device --mechanism gaussian``: a format-3 file over sigma holding the engine's
+    certified eps rounded up to float32; the options of the eps0 mechanisms refused by name."""
+    out = tmp_path / "g.dev"
+    args = ["export", "--device", "--mechanism", "gaussian", "--sigma", "2", "--n-min", "1e4", "--n-max", "1e4",
+            "--delta", "1e-6", "--no-lower", "--out", str(out)]
+    report = json.loads(CliRunner().invoke(tablegen_main, [*args, "--json"]).stdout)  # progress: stderr
+    assert report["sigma"] == [2.0] and report["n"] == [10000] and report["shape"] == [1, 1, 1, 1]
+    device = read_device(str(out))
+    assert (device.header["format"], device.header["axis"], device.axis) == (3, "sigma", "sigma")
+    want = round_float32(np.array(gaussian.eps_bounds(2.0, 10000, 1e-6, lower=False).upper), up=True)
+    assert device.value(0, 0, 0, 0) == want and math.isnan(device.lower[0])
+    assert device.eps_sigma({"inputs": "bits"}, 3.0, 2e4, 1e-5) == device.value(0, 0, 0, 0)
+    for extra, word in ((["--eps0", "1"], "--eps0"), (["--k", "3"], "--k"), (["--inputs", "unit"], "unit")):
+        refused = CliRunner().invoke(tablegen_main, [*args, *extra])
+        assert refused.exit_code == 2 and word in refused.output, refused.output
+    for sigma in ("0.1", "51"):
+        refused = CliRunner().invoke(tablegen_main, [*args[:4], "--sigma", sigma, *args[6:]])
+        assert refused.exit_code == 2 and "sigma must be in [0.2, 50]" in refused.output, refused.output

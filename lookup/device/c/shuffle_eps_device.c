@@ -1,5 +1,5 @@
 /*
- * shuffle_eps_device.c - the C99 reader of shuffle-eps device files (format 2).
+ * shuffle_eps_device.c - the C99 reader of shuffle-eps device files (formats 2 and 3).
  * Interface and memory rules: shuffle_eps_device.h.  Format: docs/device-format.md.
  *
  * Sections: SHA-256 (FIPS 180-4), UTF-8 validation, a strict JSON validator and readers for the
@@ -499,10 +499,12 @@ static const double MONOTONE_RTOL = 0.03;      /* lookup/store/checks.py */
 static const double MONOTONE_ATOL = 1e-7;
 static const double CAP_FACTOR = 1.0 + 0x1p-11; /* 1 + CAP_RTOL */
 static const double FLOAT_SLACK_FACTOR = 1.0 + 1e-12;
+static const double SIGMA_MIN = 0.2, SIGMA_MAX = 50.0; /* lookup/format.py: the Gaussian's sigma answered */
 
-enum { K_FORMAT, K_FAMILY, K_ROWS, K_MONOTONE, K_EPS0, K_N, K_DELTA, K_SHAPE, K_DTYPE, K_SHA256, K_COUNT };
+enum { K_FORMAT, K_FAMILY, K_ROWS, K_MONOTONE, K_EPS0, K_N, K_DELTA, K_SHAPE, K_DTYPE, K_SHA256, K_AXIS, K_SIGMA,
+       K_COUNT };
 static const char *const KEY_NAMES[K_COUNT] = {"format", "family", "rows", "eps0_monotone", "eps0",
-                                               "n", "delta", "shape", "dtype", "sha256"};
+                                               "n", "delta", "shape", "dtype", "sha256", "axis", "sigma"};
 
 /* an IEEE 754 binary32 from 4 little-endian bytes, decoded arithmetically (exact) */
 static double f32le(const unsigned char *p) {
@@ -520,9 +522,9 @@ static uint32_t u32le(const unsigned char *p) {
 }
 
 /* an axis (array at s[i]): finite numbers, strictly increasing, first >= lowest (> 0 unless
- * zero_ok), last < 1 if below_one; stored into out when out is not NULL */
+ * zero_ok), last < 1 if below_one, last <= highest; stored into out when out is not NULL */
 static int check_axis(const unsigned char *s, size_t n, size_t i, double lowest, int zero_ok, int below_one,
-                      double *out) {
+                      double highest, double *out) {
     size_t e = 0, count = 0;
     double previous = 0;
     while (j_next(s, n, &i, &e)) {
@@ -534,7 +536,7 @@ static int check_axis(const unsigned char *s, size_t n, size_t i, double lowest,
         if (out != NULL) out[count] = v;
         previous = v, count++;
     }
-    return count > 0 && (!below_one || previous < 1);
+    return count > 0 && (!below_one || previous < 1) && previous <= highest;
 }
 
 static int fail_at(shuffle_eps_table *t, int status, size_t r, size_t e, size_t j, size_t d) {
@@ -558,10 +560,11 @@ static int distinct_rows(const unsigned char *h, size_t hn, size_t rows) {
 static int check_row(shuffle_eps_table *t, size_t r) {
     const size_t E = t->n_eps0, N = t->n_n, D = t->n_delta, cells = E * N * D, base = r * cells;
     const size_t strides[3] = {N * D, D, 1}, sizes[3] = {E, N, D};
-    const double signs[3] = {+1.0, -1.0, -1.0};
+    const int sigma = t->axis == SHUFFLE_EPS_AXIS_SIGMA; /* no eps0 cap; eps non-increasing in sigma */
+    const double signs[3] = {sigma ? -1.0 : +1.0, -1.0, -1.0};
     size_t c, axis;
     for (c = 0; c < cells; c++) {
-        double u = f32le(t->upper + 4 * (base + c)), cap = t->eps0[c / (N * D)] * CAP_FACTOR;
+        double u = f32le(t->upper + 4 * (base + c)), cap = sigma ? INFINITY : t->eps0[c / (N * D)] * CAP_FACTOR;
         if (!(isfinite(u) && u >= 0 && u <= cap))
             return fail_at(t, SHUFFLE_EPS_E_VALUE, r, c / (N * D), c / D % N, c % D);
     }
@@ -601,10 +604,21 @@ static int check_preamble(const unsigned char *bytes, size_t size, size_t *hn) {
     return *hn > size - 12 ? SHUFFLE_EPS_E_TRUNCATED : SHUFFLE_EPS_OK;
 }
 
+/* the first axis of a header whose format is checked: format 3 names it ("eps0" or "sigma"), format 2 has
+ * eps0; -1 where a format-3 "axis" is missing or another */
+static int header_axis(const unsigned char *h, size_t hn, const size_t where[K_COUNT]) {
+    if (j_number(h, hn, where[K_FORMAT]) != (double)SHUFFLE_EPS_DEVICE_FORMAT_AXIS) return SHUFFLE_EPS_AXIS_EPS0;
+    if (where[K_AXIS] && j_string_is(h, where[K_AXIS], "eps0")) return SHUFFLE_EPS_AXIS_EPS0;
+    if (where[K_AXIS] && j_string_is(h, where[K_AXIS], "sigma")) return SHUFFLE_EPS_AXIS_SIGMA;
+    return -1;
+}
+
 /* the header h[0..hn): UTF-8, strict JSON, format, the digest field, every key with its type, the
- * axes and the shape; where[k] the value of key k, shape[] = [R, E, N, D] */
-static int check_header(const unsigned char *h, size_t hn, size_t where[K_COUNT], size_t shape[4]) {
+ * axes and the shape; where[k] the value of key k (where[K_EPS0]: the first axis's, sigma's in a sigma
+ * file), shape[] = [R, E, N, D], *axis the first axis (SHUFFLE_EPS_AXIS_EPS0 or _SIGMA) */
+static int check_header(const unsigned char *h, size_t hn, size_t where[K_COUNT], size_t shape[4], int *axis) {
     size_t at, key, value, k, i, e, counts[4];
+    double format;
     if (!utf8_valid(h, hn)) return SHUFFLE_EPS_E_ENCODING;
     if (!j_check_document(h, hn)) return SHUFFLE_EPS_E_JSON;
     for (k = 0; k < K_COUNT; k++) where[k] = 0;
@@ -613,8 +627,9 @@ static int check_header(const unsigned char *h, size_t hn, size_t where[K_COUNT]
         for (k = 0; k < K_COUNT; k++)
             if (j_string_is(h, key, KEY_NAMES[k])) where[k] = value;
 
-    if (!where[K_FORMAT] || !j_is_number(h, where[K_FORMAT]) ||
-        j_number(h, hn, where[K_FORMAT]) != (double)SHUFFLE_EPS_DEVICE_FORMAT)
+    if (!where[K_FORMAT] || !j_is_number(h, where[K_FORMAT])) return SHUFFLE_EPS_E_FORMAT;
+    format = j_number(h, hn, where[K_FORMAT]);
+    if (format != (double)SHUFFLE_EPS_DEVICE_FORMAT && format != (double)SHUFFLE_EPS_DEVICE_FORMAT_AXIS)
         return SHUFFLE_EPS_E_FORMAT;
     if (hn < DIGEST_SUFFIX_LEN || memcmp(h + hn - DIGEST_SUFFIX_LEN, DIGEST_KEY, DIGEST_KEY_LEN) != 0 ||
         h[hn - 2] != '"' || h[hn - 1] != '}' || where[K_SHA256] != hn - 66 - 1)
@@ -622,26 +637,32 @@ static int check_header(const unsigned char *h, size_t hn, size_t where[K_COUNT]
     for (i = hn - 66; i < hn - 2; i++)
         if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return SHUFFLE_EPS_E_DIGEST_FIELD;
 
-    /* every key present with its type (lookup/device/files.py HEADER_KEYS) */
-    for (k = K_FAMILY; k < K_COUNT; k++) {
+    /* every key present with its type (lookup/device/files.py required_keys): a sigma file holds "sigma"
+     * in place of "eps0" and "eps0_monotone" */
+    if ((*axis = header_axis(h, hn, where)) < 0) return SHUFFLE_EPS_E_KEY;
+    if (*axis == SHUFFLE_EPS_AXIS_SIGMA) where[K_EPS0] = where[K_SIGMA], where[K_MONOTONE] = 0;
+    for (k = K_FAMILY; k <= K_SHA256; k++) {
         int string = k == K_FAMILY || k == K_DTYPE || k == K_SHA256;
+        if (k == K_MONOTONE && *axis == SHUFFLE_EPS_AXIS_SIGMA) continue;
         if (!where[k] || h[where[k]] != (string ? '"' : '[')) return SHUFFLE_EPS_E_KEY;
     }
     at = where[K_ROWS];
     while (j_next(h, hn, &at, &e))
         if (h[e] != '{') return SHUFFLE_EPS_E_KEY;
     at = where[K_MONOTONE];
-    while (j_next(h, hn, &at, &e))
+    while (at && j_next(h, hn, &at, &e))
         if (h[e] != 't' && h[e] != 'f') return SHUFFLE_EPS_E_KEY;
-    if (!check_axis(h, hn, where[K_EPS0], 0.0, 0, 0, NULL) || !check_axis(h, hn, where[K_N], 1.0, 1, 0, NULL) ||
-        !check_axis(h, hn, where[K_DELTA], 0.0, 0, 1, NULL))
+    if (!(*axis == SHUFFLE_EPS_AXIS_SIGMA ? check_axis(h, hn, where[K_EPS0], SIGMA_MIN, 0, 0, SIGMA_MAX, NULL)
+                                          : check_axis(h, hn, where[K_EPS0], 0.0, 0, 0, INFINITY, NULL)) ||
+        !check_axis(h, hn, where[K_N], 1.0, 1, 0, INFINITY, NULL) ||
+        !check_axis(h, hn, where[K_DELTA], 0.0, 0, 1, INFINITY, NULL))
         return SHUFFLE_EPS_E_AXIS;
 
     /* shape [R, E, N, D] of integers equal to the rows and axes, dtype "<f4", one flag per row */
     counts[0] = j_count(h, hn, where[K_ROWS]), counts[1] = j_count(h, hn, where[K_EPS0]);
     counts[2] = j_count(h, hn, where[K_N]), counts[3] = j_count(h, hn, where[K_DELTA]);
     if (j_count(h, hn, where[K_SHAPE]) != 4 || !j_string_is(h, where[K_DTYPE], "<f4") ||
-        j_count(h, hn, where[K_MONOTONE]) != counts[0])
+        (where[K_MONOTONE] && j_count(h, hn, where[K_MONOTONE]) != counts[0]))
         return SHUFFLE_EPS_E_SHAPE;
     at = where[K_SHAPE], i = 0;
     while (j_next(h, hn, &at, &e)) {
@@ -665,7 +686,7 @@ static int file_size(size_t hn, const size_t shape[4], size_t *size) {
 
 int shuffle_eps_file_size(const unsigned char *head, size_t len, size_t *size) {
     size_t hn = 0, where[K_COUNT], shape[4] = {0, 0, 0, 0};
-    int status;
+    int status, axis;
     if ((head == NULL && len > 0) || size == NULL) return SHUFFLE_EPS_E_ARGUMENT;
     if (len < 12) {
         *size = 12;
@@ -676,7 +697,7 @@ int shuffle_eps_file_size(const unsigned char *head, size_t len, size_t *size) {
         *size = 12 + hn;
         return SHUFFLE_EPS_E_MORE;
     }
-    if (status == SHUFFLE_EPS_OK) status = check_header(head + 12, hn, where, shape);
+    if (status == SHUFFLE_EPS_OK) status = check_header(head + 12, hn, where, shape, &axis);
     return status == SHUFFLE_EPS_OK ? file_size(hn, shape, size) : status;
 }
 
@@ -687,14 +708,14 @@ int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t si
     sha256_state st;
     static const char zeros[65] = "0000000000000000000000000000000000000000000000000000000000000000";
     double *out;
-    int status;
+    int status, axis = SHUFFLE_EPS_AXIS_EPS0;
 
     if (t == NULL) return SHUFFLE_EPS_E_ARGUMENT;
     memset(t, 0, sizeof *t);
     if (bytes == NULL) return SHUFFLE_EPS_E_ARGUMENT;
     if ((status = check_preamble(bytes, size, &hn)) != SHUFFLE_EPS_OK) return status;
     h = bytes + 12;
-    if ((status = check_header(h, hn, where, shape)) != SHUFFLE_EPS_OK) return status;
+    if ((status = check_header(h, hn, where, shape, &axis)) != SHUFFLE_EPS_OK) return status;
     if ((status = file_size(hn, shape, &expected)) != SHUFFLE_EPS_OK) return status;
     if (size != expected) return SHUFFLE_EPS_E_PAYLOAD;
     payload_len = size - 12 - hn;
@@ -713,18 +734,20 @@ int shuffle_eps_open(shuffle_eps_table *t, const unsigned char *bytes, size_t si
     t->header = h, t->header_len = hn;
     t->upper = h + hn, t->lower = h + hn + payload_len / 2;
     t->rows = shape[0], t->n_eps0 = shape[1], t->n_n = shape[2], t->n_delta = shape[3];
+    t->axis = axis;
     t->work_needed = shape[1] + shape[2] + shape[3] + shape[0];
     if (work == NULL || work_len < t->work_needed) return SHUFFLE_EPS_E_WORKSPACE;
 
     out = work;
-    check_axis(h, hn, where[K_EPS0], 0.0, 0, 0, out);
+    check_axis(h, hn, where[K_EPS0], 0.0, 0, 0, INFINITY, out); /* checked in its domain by check_header */
     t->eps0 = out, out += t->n_eps0;
-    check_axis(h, hn, where[K_N], 1.0, 1, 0, out);
+    check_axis(h, hn, where[K_N], 1.0, 1, 0, INFINITY, out);
     t->n = out, out += t->n_n;
-    check_axis(h, hn, where[K_DELTA], 0.0, 0, 1, out);
+    check_axis(h, hn, where[K_DELTA], 0.0, 0, 1, INFINITY, out);
     t->delta = out, out += t->n_delta;
+    for (i = 0; i < t->rows; i++) out[i] = 1.0; /* a sigma file: monotone in sigma, every row */
     at = where[K_MONOTONE], i = 0;
-    while (j_next(h, hn, &at, &e)) out[i++] = h[e] == 't' ? 1.0 : 0.0;
+    while (at && j_next(h, hn, &at, &e)) out[i++] = h[e] == 't' ? 1.0 : 0.0;
     t->eps0_monotone = out;
 
     if ((status = distinct_rows(h, hn, where[K_ROWS])) != SHUFFLE_EPS_OK) return status;
@@ -791,29 +814,30 @@ static double stored(const shuffle_eps_table *t, size_t r, size_t e, size_t j, s
     return f32le(t->upper + 4 * (((r * t->n_eps0 + e) * t->n_n + j) * t->n_delta + d));
 }
 
-int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double eps0, double n, double delta,
-                    double *eps_out) {
-    size_t r, e, j, hi, lo;
-    double eps, weight = 0.0;
+/* the query's checks before its first axis is located, as DeviceTable._checked_row: the table ready and
+ * vouched for, a query on the file's first axis (axis) with x > 0, 1 <= n < inf, 0 < delta < 1, its row *r */
+static int query_row(const shuffle_eps_table *t, const char *params_json, int axis, double x, double n,
+                     double delta, const double *eps_out, size_t *r) {
     int status;
     if (t == NULL || !t->ready || eps_out == NULL) return SHUFFLE_EPS_E_ARGUMENT;
     if (!t->vouched) return SHUFFLE_EPS_E_UNTRUSTED;
-    if (!(eps0 > 0 && eps0 < INFINITY && n >= 1 && n < INFINITY && delta > 0 && delta < 1))
-        return SHUFFLE_EPS_E_QUERY;
+    if (t->axis != axis) return SHUFFLE_EPS_E_AXIS_KIND;
+    if (!(x > 0 && x < INFINITY && n >= 1 && n < INFINITY && delta > 0 && delta < 1)) return SHUFFLE_EPS_E_QUERY;
     if (params_json == NULL && t->expected_row != SHUFFLE_EPS_ANY_ROW) {
-        r = t->expected_row;
-    } else if ((status = find_row(t, params_json, &r)) != SHUFFLE_EPS_OK) {
+        *r = t->expected_row;
+    } else if ((status = find_row(t, params_json, r)) != SHUFFLE_EPS_OK) {
         return status;
-    } else if (t->expected_row != SHUFFLE_EPS_ANY_ROW && r != t->expected_row) {
+    } else if (t->expected_row != SHUFFLE_EPS_ANY_ROW && *r != t->expected_row) {
         return SHUFFLE_EPS_E_MECHANISM;
     }
-    e = first_at_least(t->eps0, t->n_eps0, eps0); /* eps0 rounded up */
-    if (e == t->n_eps0) return SHUFFLE_EPS_E_EPS0_ABOVE;
-    j = first_above(t->n, t->n_n, n); /* n rounded down: the index before */
-    if (j == 0) return SHUFFLE_EPS_E_N_BELOW;
-    j--;
-    if (delta < t->delta[0]) return SHUFFLE_EPS_E_DELTA_BELOW;
-    if (t->eps0_monotone[r] == 0.0 && t->eps0[e] != eps0) return SHUFFLE_EPS_E_EPS0_OFF_GRID;
+    return SHUFFLE_EPS_OK;
+}
+
+/* the stored eps of row r at first-axis index e and n index j, on the chord in (e^eps, delta) between the
+ * stored deltas around delta (delta >= the smallest stored; above the largest, the largest's) */
+static double on_chord(const shuffle_eps_table *t, size_t r, size_t e, size_t j, double delta) {
+    size_t hi, lo;
+    double eps, weight = 0.0;
     hi = first_at_least(t->delta, t->n_delta, delta);
     if (hi > t->n_delta - 1) hi = t->n_delta - 1;
     lo = hi;
@@ -830,7 +854,38 @@ int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double 
         double x = part_below + part_above;
         eps = log1p(x) * FLOAT_SLACK_FACTOR;
     }
+    return eps;
+}
+
+int shuffle_eps_eps(const shuffle_eps_table *t, const char *params_json, double eps0, double n, double delta,
+                    double *eps_out) {
+    size_t r, e, j;
+    double eps;
+    int status = query_row(t, params_json, SHUFFLE_EPS_AXIS_EPS0, eps0, n, delta, eps_out, &r);
+    if (status != SHUFFLE_EPS_OK) return status;
+    e = first_at_least(t->eps0, t->n_eps0, eps0); /* eps0 rounded up */
+    if (e == t->n_eps0) return SHUFFLE_EPS_E_EPS0_ABOVE;
+    j = first_above(t->n, t->n_n, n); /* n rounded down: the index before */
+    if (j == 0) return SHUFFLE_EPS_E_N_BELOW;
+    j--;
+    if (delta < t->delta[0]) return SHUFFLE_EPS_E_DELTA_BELOW;
+    if (t->eps0_monotone[r] == 0.0 && t->eps0[e] != eps0) return SHUFFLE_EPS_E_EPS0_OFF_GRID;
+    eps = on_chord(t, r, e, j, delta);
     *eps_out = eps <= eps0 ? eps : eps0;
+    return SHUFFLE_EPS_OK;
+}
+
+int shuffle_eps_sigma(const shuffle_eps_table *t, const char *params_json, double sigma, double n, double delta,
+                      double *eps_out) {
+    size_t r, k, j;
+    int status = query_row(t, params_json, SHUFFLE_EPS_AXIS_SIGMA, sigma, n, delta, eps_out, &r);
+    if (status != SHUFFLE_EPS_OK) return status;
+    k = first_above(t->eps0, t->n_eps0, sigma); /* sigma rounded DOWN: the exact eps is non-increasing in it */
+    if (k == 0) return SHUFFLE_EPS_E_SIGMA_BELOW;
+    j = first_above(t->n, t->n_n, n); /* n rounded down */
+    if (j == 0) return SHUFFLE_EPS_E_N_BELOW;
+    if (delta < t->delta[0]) return SHUFFLE_EPS_E_DELTA_BELOW;
+    *eps_out = on_chord(t, r, k - 1, j - 1, delta); /* no cap: the Gaussian has no eps0 */
     return SHUFFLE_EPS_OK;
 }
 
@@ -950,7 +1005,7 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_ENCODING: return "refused: the header is not valid UTF-8";
         case SHUFFLE_EPS_E_JSON: return "refused: the header is not one strict JSON object";
         case SHUFFLE_EPS_E_FORMAT:
-            return "unsupported format (this reader reads format 2; re-export older files with tablegen export --device)";
+            return "unsupported format (this reader reads formats 2 and 3; re-export older files with tablegen export --device)";
         case SHUFFLE_EPS_E_DIGEST_FIELD:
             return "refused: the header does not end with its SHA-256 (,\"sha256\":\"<64 lowercase hex digits>\"})";
         case SHUFFLE_EPS_E_CHECKSUM:
@@ -964,11 +1019,12 @@ const char *shuffle_eps_status_message(int status) {
             return "refused: the file's size is not the one its header gives (12 + H + 8 R E N D bytes)";
         case SHUFFLE_EPS_E_TOO_LARGE:
             return "refused: the header or the file is larger than this reader reads (SHUFFLE_EPS_MAX_HEADER, _FILE)";
-        case SHUFFLE_EPS_E_VALUE: return "refused: a stored eps is not finite or outside [0, eps0]";
+        case SHUFFLE_EPS_E_VALUE:
+            return "refused: a stored eps is not finite or outside [0, eps0] (a sigma file: not finite or negative)";
         case SHUFFLE_EPS_E_LOWER: return "refused: a stored lower bound is outside [0, eps]";
         case SHUFFLE_EPS_E_MONOTONE:
             return "refused: the stored eps is not monotone as the exact eps is (more than 3% against it)";
-        case SHUFFLE_EPS_E_QUERY: return "bad query: need eps0 > 0, 1 <= n < inf and 0 < delta < 1";
+        case SHUFFLE_EPS_E_QUERY: return "bad query: need eps0 (or sigma) > 0, 1 <= n < inf and 0 < delta < 1";
         case SHUFFLE_EPS_E_PARAMS: return "bad parameters: not a JSON object";
         case SHUFFLE_EPS_E_ROW: return "the device file has no row with these parameters";
         case SHUFFLE_EPS_E_EPS0_ABOVE: return "not covered: eps0 is above the largest eps0 of the device file";
@@ -976,6 +1032,10 @@ const char *shuffle_eps_status_message(int status) {
         case SHUFFLE_EPS_E_DELTA_BELOW: return "not covered: delta is below the smallest delta of the device file";
         case SHUFFLE_EPS_E_EPS0_OFF_GRID:
             return "not covered: this row answers only at the eps0 values stored in the device file";
+        case SHUFFLE_EPS_E_SIGMA_BELOW: return "not covered: sigma is below the smallest sigma of the device file";
+        case SHUFFLE_EPS_E_AXIS_KIND:
+            return "refused: the device file's first axis is sigma and the query's eps0, or the reverse (a sigma is "
+                   "not an eps0)";
         case SHUFFLE_EPS_E_UNTRUSTED:
             return "refused: nothing vouches for the file (ship it inside a signed bundle, or check its signature)";
         case SHUFFLE_EPS_E_SIGNATURE:

@@ -1,8 +1,9 @@
 /*
- * shuffle_eps_device.h - a C99 reader for shuffle-eps device files (format 2).
+ * shuffle_eps_device.h - a C99 reader for shuffle-eps device files (formats 2 and 3).
  *
  * A device file holds certified shuffle-model privacy numbers eps(eps0, n, delta) for the rows of
- * one mechanism family, as written by `tablegen export --device`.  This reader checks the whole
+ * one mechanism family, as written by `tablegen export --device`; a sigma file (format 3, "axis":
+ * "sigma": the shuffled Gaussian) holds eps(sigma, n, delta) and answers shuffle_eps_sigma only.  This reader checks the whole
  * file when it is opened (magic, header length, UTF-8, strict JSON, format, SHA-256, every header
  * key and type, the axes, the shape, the payload's length, and every stored value against the
  * invariants of certified values) and answers queries by the conservative rules of the Python
@@ -62,7 +63,10 @@
 extern "C" {
 #endif
 
-#define SHUFFLE_EPS_DEVICE_FORMAT 2      /* the header's "format" this reader reads */
+#define SHUFFLE_EPS_DEVICE_FORMAT 2      /* the header's "format" of an eps0 file */
+#define SHUFFLE_EPS_DEVICE_FORMAT_AXIS 3 /* the header's "format" of a file naming its first axis ("axis") */
+#define SHUFFLE_EPS_AXIS_EPS0 0          /* table->axis: the first axis is eps0 (answered by shuffle_eps_eps) */
+#define SHUFFLE_EPS_AXIS_SIGMA 1         /* table->axis: the first axis is sigma (answered by shuffle_eps_sigma) */
 #define SHUFFLE_EPS_JSON_MAX_DEPTH 64    /* deeper JSON nesting is refused */
 #define SHUFFLE_EPS_JSON_NUMBER_MAX 400  /* longer JSON number literals are refused */
 #define SHUFFLE_EPS_JSON_MAX_MEMBERS 1024 /* objects with more members are refused (duplicate keys are
@@ -86,26 +90,29 @@ enum shuffle_eps_status {
     SHUFFLE_EPS_E_ENCODING = 12,      /* the header is not valid UTF-8 */
     SHUFFLE_EPS_E_JSON = 13,          /* the header is not one strict JSON object (duplicate keys, NaN, ...
                                          or beyond the limits above, which exported files are far within) */
-    SHUFFLE_EPS_E_FORMAT = 14,        /* "format" missing or not 2 (format 1 files: re-export them) */
+    SHUFFLE_EPS_E_FORMAT = 14,        /* "format" missing or not 2 or 3 (format 1 files: re-export them) */
     SHUFFLE_EPS_E_DIGEST_FIELD = 15,  /* the header does not end with ,"sha256":"<64 lowercase hex>"} */
     SHUFFLE_EPS_E_CHECKSUM = 16,      /* header and payload do not match their SHA-256 */
-    SHUFFLE_EPS_E_KEY = 17,           /* a required header key missing or of the wrong type */
+    SHUFFLE_EPS_E_KEY = 17,           /* a required header key missing or of the wrong type (format 3: "axis"
+                                         not "eps0" or "sigma") */
     SHUFFLE_EPS_E_AXIS = 18,          /* an axis not finite numbers strictly increasing in its domain */
     SHUFFLE_EPS_E_SHAPE = 19,         /* shape, dtype or eps0_monotone disagree with the axes and rows */
     SHUFFLE_EPS_E_PAYLOAD = 20,       /* the file is not 12 + H + 8 * R * E * N * D bytes (its header's size) */
     SHUFFLE_EPS_E_TOO_LARGE = 21,     /* a header over SHUFFLE_EPS_MAX_HEADER or a file over SHUFFLE_EPS_MAX_FILE */
     SHUFFLE_EPS_E_DUPLICATE_ROW = 22, /* two rows with the same parameters (readers would disagree on which) */
-    SHUFFLE_EPS_E_VALUE = 30,         /* a certified eps not finite or outside [0, eps0 (1 + 2^-11)] */
+    SHUFFLE_EPS_E_VALUE = 30,         /* a certified eps not finite or outside [0, eps0 (1 + 2^-11)] (sigma: < 0) */
     SHUFFLE_EPS_E_LOWER = 31,         /* a lower bound neither NaN nor in [0, eps] */
     SHUFFLE_EPS_E_MONOTONE = 32,      /* eps not monotone as the exact eps is, beyond 3% + 1e-7 */
     /* the query: refused, never extrapolated */
-    SHUFFLE_EPS_E_QUERY = 40,         /* not eps0 > 0, 1 <= n < inf and 0 < delta < 1 */
+    SHUFFLE_EPS_E_QUERY = 40,         /* not eps0 (sigma) > 0, 1 <= n < inf and 0 < delta < 1 */
     SHUFFLE_EPS_E_PARAMS = 41,        /* the parameters are not a JSON object */
     SHUFFLE_EPS_E_ROW = 42,           /* no row with these parameters (or none given, several rows) */
     SHUFFLE_EPS_E_EPS0_ABOVE = 43,    /* eps0 above the largest stored eps0 */
     SHUFFLE_EPS_E_N_BELOW = 44,       /* n below the smallest stored n */
     SHUFFLE_EPS_E_DELTA_BELOW = 45,   /* delta below the smallest stored delta */
     SHUFFLE_EPS_E_EPS0_OFF_GRID = 46, /* the row answers at its stored eps0 only (eps0_monotone false) */
+    SHUFFLE_EPS_E_SIGMA_BELOW = 47,   /* sigma below the smallest stored sigma */
+    SHUFFLE_EPS_E_AXIS_KIND = 48,     /* an eps0 query of a sigma file (shuffle_eps_eps) or the reverse */
     /* trust: nothing vouches for the file yet */
     SHUFFLE_EPS_E_UNTRUSTED = 50,     /* neither shuffle_eps_trust_bundled nor a verified signature */
     SHUFFLE_EPS_E_SIGNATURE = 51,     /* the signature is malformed or does not verify with the trusted key */
@@ -122,8 +129,10 @@ typedef struct shuffle_eps_table {
     const unsigned char *upper;    /* R*E*N*D little-endian float32 certified eps, C order */
     const unsigned char *lower;    /* R*E*N*D little-endian float32 lower bounds (NaN: none) */
     size_t rows, n_eps0, n_n, n_delta;
-    const double *eps0, *n, *delta;  /* the ascending axes, in the work array */
-    const double *eps0_monotone;     /* per row, 1.0 or 0.0, in the work array */
+    const double *eps0, *n, *delta;  /* the ascending axes, in the work array (a sigma file: eps0, n_eps0
+                                        hold its sigma axis) */
+    const double *eps0_monotone;     /* per row, 1.0 or 0.0, in the work array (a sigma file: 1.0) */
+    int axis;                        /* SHUFFLE_EPS_AXIS_EPS0 or SHUFFLE_EPS_AXIS_SIGMA */
     size_t work_needed;              /* doubles of work: n_eps0 + n_n + n_delta + rows */
     size_t where[4];                 /* after E_VALUE, E_LOWER, E_MONOTONE: row, eps0, n, delta index */
     int ready;                       /* nonzero once opened */
@@ -152,10 +161,18 @@ int shuffle_eps_open(shuffle_eps_table *table, const unsigned char *bytes, size_
  * as DeviceTable.eps: eps0 rounded up to a stored eps0, n down to a stored n, delta on the chord
  * in (e^eps, delta) between the two stored deltas around it (rounded up by 1 + 1e-12; a delta
  * above the largest takes the largest), the result capped at eps0.  Refusals: E_ARGUMENT,
- * E_QUERY, E_PARAMS, E_ROW, E_MECHANISM (another row than the one vouched for), E_EPS0_ABOVE, E_N_BELOW,
- * E_DELTA_BELOW, E_EPS0_OFF_GRID. */
+ * E_AXIS_KIND (a sigma file), E_QUERY, E_PARAMS, E_ROW, E_MECHANISM (another row than the one vouched for),
+ * E_EPS0_ABOVE, E_N_BELOW, E_DELTA_BELOW, E_EPS0_OFF_GRID. */
 int shuffle_eps_eps(const shuffle_eps_table *table, const char *params_json, double eps0, double n, double delta,
                     double *eps_out);
+
+/* The certified eps of a sigma file (the shuffled Gaussian, params_json e.g. "{\"inputs\":\"bits\"}") at
+ * (sigma, n, delta), as DeviceTable.eps_sigma: sigma rounded DOWN to a stored sigma, n down, delta on the
+ * chord as shuffle_eps_eps, no cap.  Safe because the exact eps is non-increasing in sigma (more noise is
+ * post-processing), n and delta.  Refusals: E_ARGUMENT, E_AXIS_KIND (an eps0 file), E_QUERY, E_PARAMS,
+ * E_ROW, E_MECHANISM, E_SIGMA_BELOW, E_N_BELOW, E_DELTA_BELOW. */
+int shuffle_eps_sigma(const shuffle_eps_table *table, const char *params_json, double sigma, double n, double delta,
+                      double *eps_out);
 
 /* Declare the opened file trusted, as the mechanism family (e.g. "krr") with parameters params_json
  * (the row answered, e.g. "{\"k\":10}"; NULL: any row of the family), because it was shipped inside

@@ -4,6 +4,7 @@
  *
  *     shuffle_eps_query TRUST FILE FAMILY PARAMS_JSON EPS0 N DELTA
  *     shuffle_eps_query TRUST FILE FAMILY EPS0 N DELTA    (a file with one row: its parameters may be left out)
+ *     shuffle_eps_query --sigma TRUST FILE FAMILY [PARAMS_JSON] SIGMA N DELTA    (a sigma file: the Gaussian)
  *
  * TRUST says why the file is trusted (docs/trust.md): --bundled (it came inside this device's own
  * signed bundle) or --key HEX (the 64 hex digits of a trusted Ed25519 public key: FILE.sig, written
@@ -14,8 +15,9 @@
  * without parameters.  A file for another mechanism is refused (53), however it is trusted.  Prints
  * the certified eps on stdout with %.17g (it reads back as the same double) and exits 0; otherwise
  * prints the reason on stderr and exits with the status code (shuffle_eps_device.h: 1 bad command
- * line, 2 unreadable file, 10-32 a refused file, 40-46 a query the file cannot answer, 50-52 a file
- * nothing vouches for, 53 a file for another mechanism).  The file is read once its first bytes
+ * line, 2 unreadable file, 10-32 a refused file, 40-48 a query the file cannot answer, 50-52 a file
+ * nothing vouches for, 53 a file for another mechanism; 48: a sigma file queried without --sigma, or an
+ * eps0 file with it).  The file is read once its first bytes
  * give its size (shuffle_eps_file_size): a file of any other size is refused before the rest is read.
  *
  * Build:  cc -std=c99 -O2 -o shuffle_eps_query shuffle_eps_query.c shuffle_eps_device.c -lm
@@ -29,7 +31,7 @@
 #include "shuffle_eps_device.h"
 
 static const char *USAGE =
-    "usage: shuffle_eps_query (--bundled | --key HEX) FILE FAMILY [PARAMS_JSON] EPS0 N DELTA\n";
+    "usage: shuffle_eps_query [--sigma] (--bundled | --key HEX) FILE FAMILY [PARAMS_JSON] (EPS0 | SIGMA) N DELTA\n";
 
 #define SIGNATURE_MAX (1 << 16) /* a FILE.sig is about 300 bytes: a larger one is not read */
 
@@ -158,8 +160,10 @@ int main(int argc, char **argv) {
     size_t size = 0;
     double *work = NULL, eps0, n, delta, eps;
     shuffle_eps_table table;
-    int status, first, trust;
+    int status, first, trust, sigma;
 
+    sigma = argc > 1 && strcmp(argv[1], "--sigma") == 0; /* the first number is a sigma (a sigma file) */
+    argc -= sigma, argv += sigma;
     trust = argc > 1 && strcmp(argv[1], "--bundled") == 0 ? 1 : argc > 2 && strcmp(argv[1], "--key") == 0 ? 2 : 0;
     if (trust == 2) key_hex = argv[2];
     argc -= trust, argv += trust;
@@ -171,7 +175,7 @@ int main(int argc, char **argv) {
     if (argc == 7) params = argv[3];
     first = argc == 7 ? 4 : 3;
     if (!number(argv[first], &eps0) || !number(argv[first + 1], &n) || !number(argv[first + 2], &delta)) {
-        fprintf(stderr, "shuffle_eps_query: EPS0, N and DELTA must be numbers\n%s", USAGE);
+        fprintf(stderr, "shuffle_eps_query: %s, N and DELTA must be numbers\n%s", sigma ? "SIGMA" : "EPS0", USAGE);
         return SHUFFLE_EPS_E_ARGUMENT;
     }
     status = read_device_file(path, &bytes, &size);
@@ -179,18 +183,20 @@ int main(int argc, char **argv) {
     if (status != SHUFFLE_EPS_OK) {
         fprintf(stderr, "shuffle_eps_query: %s: %s", path, shuffle_eps_status_message(status));
         if (status == SHUFFLE_EPS_E_VALUE || status == SHUFFLE_EPS_E_LOWER || status == SHUFFLE_EPS_E_MONOTONE)
-            fprintf(stderr, " (row %lu, eps0 %g, n %g, delta %g)", (unsigned long)table.where[0],
+            fprintf(stderr, " (row %lu, %s %g, n %g, delta %g)", (unsigned long)table.where[0],
+                    table.axis == SHUFFLE_EPS_AXIS_SIGMA ? "sigma" : "eps0",
                     table.eps0[table.where[1]], table.n[table.where[2]], table.delta[table.where[3]]);
         fputc('\n', stderr);
     } else if ((status = vouch(&table, path, key_hex, family, params)) != SHUFFLE_EPS_OK) {
         fprintf(stderr, "shuffle_eps_query: %s: %s (as %s%s%s)\n", path, shuffle_eps_status_message(status), family,
                 params ? " " : "", params ? params : "");
         if (status == SHUFFLE_EPS_E_MECHANISM) list_rows(&table);
-    } else if ((status = shuffle_eps_eps(&table, params, eps0, n, delta, &eps)) == SHUFFLE_EPS_OK) {
+    } else if ((status = sigma ? shuffle_eps_sigma(&table, params, eps0, n, delta, &eps)
+                               : shuffle_eps_eps(&table, params, eps0, n, delta, &eps)) == SHUFFLE_EPS_OK) {
         printf("%.17g\n", eps);
     } else {
-        fprintf(stderr, "shuffle_eps_query: %s: %s (eps0=%g n=%g delta=%g)\n", path,
-                shuffle_eps_status_message(status), eps0, n, delta);
+        fprintf(stderr, "shuffle_eps_query: %s: %s (%s=%g n=%g delta=%g)\n", path, shuffle_eps_status_message(status),
+                sigma ? "sigma" : "eps0", eps0, n, delta);
         if (status == SHUFFLE_EPS_E_ROW) list_rows(&table);
     }
     free(work);
