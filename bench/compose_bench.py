@@ -24,7 +24,8 @@ Parts (``python -m bench compose [--only PART ...] [--quick]``):
   beside the sigma below which the T sums of the outputs alone exceed eps (``sum_floor``: no analysis
   certifies less), with the eps spent, the bracket's width and the seconds of each search; and
   ``rounds_max`` at sigma 0.5, 1, 2 with a mixed sequence (10 Gaussian rounds at sigma 1 and 10 of k-RR
-  k = 10, eps0 1, n 1e5).  ``--quick``: eps 0.02, n 1e4, T = 1, 4, tolerance 5%, sigma 8 (rounds_max) and 4 (the sequence).
+  k = 10, eps0 1, n 1e5).  ``--quick``: eps 0.02, n 1e4, T = 1, 4, tolerance 5%, sigma 8 (rounds_max)
+  and 4 (the sequence).
 * ``joint``: k-joint compositions (k parts, eps0 / k each) of Laplace, k-RR k = 10 and RAPPOR, k = 2, 3, 4,
   each in a fresh one-core process capped at ``--mem-gib``: components of the merged upper and lower
   decompositions, build time, one certified eps(delta = 1e-6) at n = 1e6 with its lower bound, peak RSS.
