@@ -47,7 +47,7 @@ class Round:
         if self.mechanism == GAUSSIAN:  # symmetric: y -> 1 - y exchanges the pair (tablegen.engine.gaussian)
             from tablegen.engine import gaussian
 
-            return gaussian.delta_curve(self.params["sigma"], self.n, eps)
+            return gaussian.delta_curve(self.params["sigma"], self.n, eps, smallest=TAIL * 1e-5)
         from tablegen.engine import delta_curve
         from tablegen.mechanisms import get_mechanism
         from tablegen.mechanisms.subsample import subsampled

@@ -227,13 +227,17 @@ def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]
     return a, da, float(grid[j]), float(values[j]), sorted(i for i in narrowing if i < len(tried)), ranked
 
 
-def delta_curve(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
-    """Certified delta at each eps (the smallest bound over the plain clips of ``DELTA_LADDER``'s deltas,
-    the shifted plans and E[G_+]): the round's privacy profile, which bounds both orders of the pair
-    (y -> 1 - y exchanges them and maps the blanket law to itself)."""
+def delta_curve(sigma: float, n: int, eps: np.ndarray, smallest: float = DELTA_LADDER[-1]) -> np.ndarray:
+    """Certified delta at each eps (the smallest bound over the plain clips of ``DELTA_LADDER``'s deltas and,
+    down to ``smallest``, every fifth decade below it, the shifted plans and E[G_+]): the round's privacy
+    profile, which bounds both orders of the pair (y -> 1 - y exchanges them and maps the blanket law to
+    itself).  A composition's profile must reach its tail cut (1e-30): without clips for such deltas the
+    bound stalls at the largest clip's excess (about 1e-20 at sigma 4), so ``compose`` asks for 1e-35."""
     sigma, n = _checked(sigma, n)
     eps = np.asarray(eps, dtype=float)
-    return np.maximum(delta_upper(sigma, n, eps, plans(sigma, *DELTA_LADDER))[0], DELTA_FLOOR)  # never 0
+    deeper = 10.0 ** np.arange(math.log10(DELTA_LADDER[-1]) - 5, math.log10(smallest) - 5 + 1e-9, -5)
+    tried = plans(sigma, *DELTA_LADDER, *deeper)
+    return np.maximum(delta_upper(sigma, n, eps, tried)[0], DELTA_FLOOR)  # never 0
 
 
 def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[np.ndarray, np.ndarray]:

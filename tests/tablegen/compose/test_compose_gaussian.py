@@ -165,3 +165,16 @@ def test_bad_questions_name_the_parameter() -> None:
                         (["--eps0-max", "--rounds", "3", "--eps", "1"], "tablegen calibrate")]:
         out = runner.invoke(main, [*base, *extra])
         assert out.exit_code == 2 and word in out.output, (extra, out.output)
+
+
+@pytest.mark.parametrize("sigma", [2.0, 4.0, 8.0])
+def test_one_gaussian_round_composed_reaches_the_tail_and_the_engine(sigma: float) -> None:
+    """The profile falls below the tail cut 1e-30 well before the single-user eps (it stalled near 1e-20 at
+    sigma 4, making the lattice coarser than the answer: 3.4x the engine's eps), and one round composed is
+    within 1% of the engine's certified eps and above the sum of the outputs' exact eps."""
+    r = compose.Round.gaussian(sigma, N_GAUSS)
+    assert r.profile(np.array([r.top() / 4]))[0] <= 1e-30
+    one = compose.gaussian_eps(sigma=sigma, n=N_GAUSS, rounds=1, delta=DELTA).eps
+    engine = gaussian.eps_bounds(sigma, N_GAUSS, DELTA).upper
+    assert one <= engine * 1.01
+    assert gaussian_delta(1 / (sigma * math.sqrt(N_GAUSS)), np.array([one]))[0] <= DELTA
