@@ -29,6 +29,9 @@ EXACT_MS = 4  # the m whose exact value gives the lower bound
 RETRIES = 4  # certifications at one step after a worse single m raised the lower bound
 FIRST_WIDTH = 20000  # past the first EXACT_MS single m, the walk's width starts at n / FIRST_WIDTH
 EXACT_COMB = 2000  # binomial coefficients computed as exact integers up to this many successes
+PROFILE_TOL = 0.005  # the profile's intervals: bound at eps below the reference at eps / (1 + PROFILE_TOL)
+PROFILE_FLOOR = 1e-35  # eps whose reference delta is below it do not steer the profile's partition
+CHUNK_SDS = 2.0  # g' that share one tilt: their stops span at most this many tilted sds
 
 
 @dataclass(frozen=True)
@@ -179,35 +182,71 @@ def _rising_sums(z_lo: np.ndarray, z_hi: np.ndarray, mu: float, base: float, out
     prev_hi = np.concatenate([[0.0], z_hi[:-1]]) + out
     want_lower, want_upper = wanted
     lowers, uppers = np.zeros(len(g_hi)), np.full(len(g_lo), math.inf)
-    for idx, (ratio_lo, ratio_hi) in enumerate(zip(g_lo, g_hi, strict=True)):
-        if want_upper:
-            down = ratio_lo * math.exp(-mu) * (1 - 16 * U)
-            uppers[idx] = _upper_sum(z_lo, z_hi, prev_lo, weight, overflow, out, down, closed)
-        if want_lower:
-            up = ratio_hi * math.exp(-mu) * (1 + 16 * U)
-            lowers[idx] = float(np.sum(np.maximum(z_lo - up * prev_hi, 0.0) * weight)) * (1 - 2**-30) / (1 + 2**-39)
+    downs = g_lo * math.exp(-mu) * (1 - 16 * U)
+    stops = _first_stops(z_lo, z_hi, out, downs, closed)
+    reach = int(np.argmax(overflow)) if overflow.any() else len(z_hi)  # the first weight that overflows
+    for idx, (down, top, ratio_hi) in enumerate(zip(downs, stops, g_hi, strict=True)):
+        if want_upper and 0 <= top < reach:
+            terms = np.maximum(z_hi[: top + 1] - down * prev_lo[: top + 1], 0.0) * weight[: top + 1]
+            uppers[idx] = (float(np.sum(terms)) + weight[top] * out) * (1 + 2**-30)
+        if want_lower:  # terms past a proved stop are not positive: dropping them keeps a lower bound
+            up, end = ratio_hi * math.exp(-mu) * (1 + 16 * U), top + 1 if top >= 0 else len(z_lo)
+            lowers[idx] = float(np.sum(np.maximum(z_lo[:end] - up * prev_hi[:end], 0.0) * weight[:end])) * (
+                1 - 2**-30) / (1 + 2**-39)
     return lowers, uppers
 
 
-def _upper_sum(z_lo: np.ndarray, z_hi: np.ndarray, prev_lo: np.ndarray, weight: np.ndarray, overflow: np.ndarray,
-               out: float, down: float, closed: bool) -> float:
-    """The upper sum of ``_rising_sums`` at one ratio ``down`` (g' e^-mu pushed down): inf where no stop is
-    proved in the window or a weight to sum overflows."""
-    stop = np.flatnonzero((z_hi[1:] + out) <= down * z_lo[:-1])
-    stop = np.append(stop, len(z_hi) - 1) if closed else stop
-    if len(stop) == 0 or overflow[: int(stop[0]) + 1].any():
-        return math.inf
-    top = int(stop[0])
-    terms = np.maximum(z_hi[: top + 1] - down * prev_lo[: top + 1], 0.0) * weight[: top + 1]
-    return (float(np.sum(terms)) + weight[top] * out) * (1 + 2**-30)
+def _first_stops(z_lo: np.ndarray, z_hi: np.ndarray, out: float, downs: np.ndarray, closed: bool) -> np.ndarray:
+    """For each ratio ``down`` (g' e^-mu pushed down), the first k proved to have z(k+1) <= down z(k):
+    z_hi(k+1) + out <= down z_lo(k) holds in real arithmetic wherever the ratio (z_hi(k+1) + out) / z_lo(k),
+    rounded up (2 roundings, pushed by 8 u), is at most down; found for every down at once by a search in the
+    running minimum of the ratios.  Where none is proved: the last k if the support ends there (``closed``),
+    else -1 (no stop: the upper sum is inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (z_hi[1:] + out) / z_lo[:-1] * (1 + 8 * U)
+    running = np.minimum.accumulate(np.where(np.isnan(ratio), np.inf, ratio))
+    stops = np.searchsorted(-running, -downs, side="left")
+    return np.where(stops < len(running), stops, len(z_hi) - 1 if closed else -1)
+
+
+def _tilted_sd(a: int, b: int, eps0: float, lam: float) -> float:
+    """The sd of Y = Bin(a, q) + Bin(b, p) tilted by e^(lam t) (the binomials' success odds times e^lam)."""
+    qa, pb = 1.0 / (1.0 + math.exp(eps0 - lam)), 1.0 / (1.0 + math.exp(-eps0 - lam))
+    return math.sqrt(a * qa * (1 - qa) + b * pb * (1 - pb))
+
+
+def _tilt_groups(a: int, b: int, eps0: float, log_g: np.ndarray, direction: int) -> list[np.ndarray]:
+    """Consecutive runs of the g' (by log g') that one tilt serves: a run grows while its log g' stay
+    within CHUNK_SDS / s of its first, s the tilted sd there; the stop of each g' then lies within about
+    CHUNK_SDS tilted sds of the run's middle, well inside the windows (WINDOW_SDS).  Which g' share a tilt
+    changes only tightness: every tilt gives bounds (docs/soundness.md, "Binary randomized response" 5)."""
+    groups, start = [], 0
+    while start < len(log_g):
+        width = CHUNK_SDS / max(_tilted_sd(a, b, eps0, -direction * float(log_g[start])), 1.0)
+        end = start + 1
+        while end < len(log_g) and abs(log_g[end] - log_g[start]) <= width:
+            end += 1
+        groups.append(np.arange(start, end))
+        start = end
+    return groups
 
 
 def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.ndarray, direction: int,
                       wanted: tuple[bool, bool] = (True, True)) -> tuple[np.ndarray, np.ndarray]:
     """Lower bounds (at each g' of g_hi) and upper bounds (at each g' of g_lo) on H_g'(Y || Y + 1)
-    (direction +1) or H_g'(Y + 1 || Y) (direction -1) for Y = Bin(a, q) + Bin(b, p), g' >= 1.  The law
-    is tilted by e^(lam t), lam = -direction log g_lo[0], which centres it where the terms stop."""
-    lam = -direction * math.log(float(g_lo[0]))
+    (direction +1) or H_g'(Y + 1 || Y) (direction -1) for Y = Bin(a, q) + Bin(b, p), g' >= 1.  The g'
+    are evaluated in runs (``_tilt_groups``), each on the law tilted by e^(lam t), lam = -direction
+    log g' at the run's middle g', which centres it where the terms stop."""
+    lower, upper = np.zeros(len(g_lo)), np.zeros(len(g_lo))
+    for group in _tilt_groups(a, b, eps0, np.log(g_lo), direction):
+        lower[group], upper[group] = _shift_divergences_at(a, b, eps0, g_lo[group], g_hi[group], direction, wanted)
+    return lower, upper
+
+
+def _shift_divergences_at(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.ndarray, direction: int,
+                          wanted: tuple[bool, bool]) -> tuple[np.ndarray, np.ndarray]:
+    """``shift_divergences`` on one tilt: lam = -direction log of the middle g' of g_lo."""
+    lam = -direction * math.log(float(g_lo[len(g_lo) // 2]))
     law = _tilted_law(a, b, eps0, lam)
     if direction == 1:  # terms f(t) - g' f(t-1), t = start + k, weight e^-lam (t - t0)
         z_lo, z_hi, base, closed = law.z_lo, law.z_hi, -lam * (law.start - law.t0), law.top_is_end
@@ -216,8 +255,9 @@ def shift_divergences(a: int, b: int, eps0: float, g_lo: np.ndarray, g_hi: np.nd
         base, closed = -lam * (law.start + len(law.z_lo) - 1 - law.t0), law.bottom_is_end
     lo, hi = _rising_sums(z_lo, z_hi, abs(lam), base, law.out, g_lo, g_hi, closed, wanted)
     scale_lo = math.exp(law.log_anchor - law.anchor_err) * (1 - 2**-30)
-    scale_hi = math.exp(law.log_anchor + law.anchor_err) * (1 + 2**-30)
-    return lo * scale_lo, hi * scale_hi
+    with np.errstate(divide="ignore"):  # the upper scaled in logs: a scale that underflows times a large or
+        upper = np.exp(np.log(hi) + (law.log_anchor + law.anchor_err)) * (1 + 2**-30)  # infinite sum stays up
+    return lo * scale_lo, np.where(hi > 0, np.maximum(upper, np.finfo(float).tiny), 0.0)  # underflow rounded up
 
 
 def _prefactor(eps0: float, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -245,12 +285,63 @@ def interval_delta(n: int, eps0: float, eps: np.ndarray, m1: int, m2: int, direc
     if not inside.any():
         return lower, upper
     c_lo, c_hi, (g_lo, g_hi) = _prefactor(eps0, eps[inside])
-    a, b = n - 1 - 2 * m2 + m1, m1
+    a, b = n - 1 - m2, m1
     for direction in directions:
         lo, hi = shift_divergences(a, b, eps0, g_lo, g_hi, direction, (m1 == m2, want_upper))
         lower[inside] = np.maximum(lower[inside], c_lo * lo if m1 == m2 else 0.0)
         upper[inside] = np.maximum(upper[inside], c_hi * hi)
     return lower, upper
+
+
+def delta_profile(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
+    """Upper bounds on the exact delta (every m, both directions) at every eps of an array: the privacy
+    profile, from ONE partition of [0, (n - 1) // 2] per direction evaluated at the whole array.
+
+    Any partition gives upper bounds (the sandwich holds for every interval: docs/soundness.md, "Binary
+    randomized response" 3 and 7); the partition chosen changes only how tight they are.  This one
+    takes the first EXACT_MS m singly and then walks each direction as ``_walk`` does, but against the
+    whole array: an interval is halved where its bound at some eps exceeds ``_reference`` at
+    eps / (1 + PROFILE_TOL) (or (1 + PROFILE_TOL) times it at eps), so that the profile stays within
+    about PROFILE_TOL in eps of the exact one; a single m is kept whatever its bound."""
+    eps = np.atleast_1d(np.asarray(eps, dtype=float))
+    top = (n - 1) // 2
+    upper, here = np.zeros(len(eps)), np.zeros(len(eps))
+    for m in range(min(EXACT_MS, top + 1)):
+        lower, bound = interval_delta(n, eps0, eps, m, m)
+        upper, here = np.maximum(upper, bound), np.maximum(here, lower)
+    allowed = np.maximum(here * (1 + PROFILE_TOL), _reference(n, eps0, eps / (1 + PROFILE_TOL)))
+    steer = here >= PROFILE_FLOOR
+    for direction in (1, -1):
+        roomy = (here[steer] + allowed[steer]) / 2  # half the margin left, as in ``_walk``
+        upper = np.maximum(upper, _profile_walk(n, eps0, eps, direction, allowed[steer], roomy, steer))
+    return upper
+
+
+def _reference(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
+    """The exact delta of the first EXACT_MS m, both directions, proved from below (the profile's walk
+    steers by it: any value would be safe)."""
+    return np.max([interval_delta(n, eps0, eps, m, m, want_upper=False)[0]
+                   for m in range(min(EXACT_MS, (n - 1) // 2 + 1))], axis=0)
+
+
+def _profile_walk(n: int, eps0: float, eps: np.ndarray, direction: int, allowed: np.ndarray, roomy: np.ndarray,
+                  steer: np.ndarray) -> np.ndarray:
+    """The largest bound, at every eps, over the intervals of one direction walked from m = EXACT_MS up to
+    (n - 1) // 2: the width starts at n / FIRST_WIDTH, is halved after an interval whose bound exceeds
+    ``allowed`` at some eps of ``steer`` (which is then retried, unless a single m) and doubles after one
+    at most ``roomy`` at every such eps."""
+    top, m, width = (n - 1) // 2, EXACT_MS, max(1, (n - 1) // FIRST_WIDTH)
+    upper = np.zeros(len(eps))
+    while m <= top:
+        m2 = min(top, m + width - 1)
+        bound = interval_delta(n, eps0, eps, m, m2, (direction,))[1]
+        if m2 > m and np.any(bound[steer] > allowed):
+            width = max(1, width // 2)
+            continue
+        upper = np.maximum(upper, bound)
+        m = m2 + 1
+        width = 2 * width if np.all(bound[steer] <= roomy) else width
+    return upper
 
 
 def certifies(n: int, eps0: float, eps: float, delta: float) -> tuple[bool, int, float]:

@@ -480,7 +480,9 @@ def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndar
     """Certified delta_upper(eps) for every eps of an array (the privacy profile's upper bound).
 
     Each entry is an upper bound on the exact delta(eps) of the analysis; 0 at eps >= eps0 when
-    the mechanism has no extra delta term.
+    the mechanism has no extra delta term.  For binary RR (k-RR with k = 2, ``binary.applies``) the
+    smaller of that and ``binary.delta_profile``, the exact worst case over datasets (within about
+    ``binary.PROFILE_TOL`` in eps), which is symmetric: it covers both orders of every neighbouring pair.
 
     Args:
         mechanism, eps0, n, **params: as for ``eps_bounds``.
@@ -497,6 +499,8 @@ def delta_curve(mechanism: str | Mechanism, *, eps0: float, n: int, eps: np.ndar
     live = ~q.delta_is_zero(values)
     if live.any():
         out[live] = q.delta_upper_many(values[live])
+        if binary.applies(q):  # binary RR: the exact worst case over datasets, both bounds certified
+            out[live] = np.minimum(out[live], binary.delta_profile(q.n, q.eps0, values[live]))
     return out
 
 

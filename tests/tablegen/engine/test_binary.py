@@ -110,17 +110,40 @@ def test_within_one_percent_of_the_published_exact_values(eps0: float, n: int, e
     assert b.upper <= exact * 1.01 and b.lower >= exact * 0.99
 
 
+def _sandwich_delta(n: int, eps0: float, eps: float, m1: int, m2: int) -> float:
+    """The sandwich of [m1, m2] evaluated by brute force: X = Bin(n-1-m2, q) + Bin(m1, p) by direct
+    convolution of scipy's pmfs, the counts X + Bern(q) and X + Bern(p), both directions summed outright."""
+    from scipy.stats import binom
+
+    p = 1 / (1 + math.exp(-eps0))
+    x = np.convolve(binom.pmf(np.arange(n - m2), n - 1 - m2, 1 - p), binom.pmf(np.arange(m1 + 1), m1, p))
+    p0 = np.append(x * p, 0) + np.insert(x * (1 - p), 0, 0)
+    p1 = np.append(x * (1 - p), 0) + np.insert(x * p, 0, 0)
+    g = math.exp(eps)
+    return float(max(np.maximum(p0 - g * p1, 0).sum(), np.maximum(p1 - g * p0, 0).sum()))
+
+
+def _crossing(delta_at: object, delta: float) -> float:
+    lo, hi = 0.3, 0.4
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
+    return hi
+
+
 def test_the_sandwich_figures_of_the_issue() -> None:
-    """n = 1000, eps0 = 2, delta = 1e-6: [0, 5] bounds the exact 0.3233235 by 0.3252274, [100, 150] by
-    0.3320: the eps where each interval's bound crosses delta, by bisection."""
-    def crossing(m1: int, m2: int) -> float:
-        lo, hi = 0.3, 0.4
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if binary.interval_delta(1000, 2.0, np.array([mid]), m1, m2)[1][0] > 1e-6 else (lo, mid)
-        return hi
-    assert crossing(0, 5) == pytest.approx(0.3252274, abs=2e-7)
-    assert crossing(100, 150) == pytest.approx(0.3320, abs=1e-4)
+    """n = 1000, eps0 = 2, delta = 1e-6: the issue's sandwich, X = Bin(n-1-2 m2+m1, q) + Bin(m1, p), bounds
+    the exact 0.3233235 by 0.3252274 on [0, 5] and by 0.3320 on [100, 150]; ours, X = Bin(n-1-m2, q) +
+    Bin(m1, p) (more independent noise, docs/soundness.md step 3), lies between the exact values of m1 and
+    m2 and those, above the exact maximum on [0, 5], and equals its brute-force evaluation (the eps where
+    each interval's bound crosses delta, by bisection)."""
+    for (m1, m2), issue in [((0, 5), 0.3252274), ((100, 150), 0.3320)]:
+        ours = _crossing(lambda e, m1=m1, m2=m2: binary.interval_delta(1000, 2.0, np.array([e]), m1, m2)[1][0], 1e-6)
+        brute = _crossing(lambda e, m1=m1, m2=m2: _sandwich_delta(1000, 2.0, e, m1, m2), 1e-6)
+        ends = [_crossing(lambda e, m=m: _sandwich_delta(1000, 2.0, e, m, m), 1e-6) for m in (m1, m2)]
+        assert max(ends) <= ours <= issue + 1e-7  # m1 and m2 exactly, each inside the interval
+        assert ours == pytest.approx(brute, abs=1e-7)
+    assert _crossing(lambda e: binary.interval_delta(1000, 2.0, np.array([e]), 0, 5)[1][0], 1e-6) > 0.3233235
     b = eps_bounds("krr", eps0=2.0, n=1000, delta=1e-6, k=2)
     assert b.lower <= 0.3233236 and 0.3233234 <= b.upper <= 0.3233235 * 1.01
 
@@ -203,3 +226,49 @@ def test_eps0_max_is_certified_by_every_dataset_and_beyond_the_blanket(n: int, e
         patch.setattr(binary, "applies", lambda q: False)
         blanket = eps0_max("krr", eps=eps, n=n, delta=1e-8, k=2)
     assert found > blanket * 1.01
+
+
+@pytest.mark.parametrize(("n", "beta"), [(30, 2), (41, 3), (50, 2)])
+def test_the_profile_bounds_the_exact_worst_case_at_every_eps(n: int, beta: int) -> None:
+    """``delta_profile`` and the engine's ``delta_curve`` for k = 2: at every eps of a grid, at or above
+    the exact delta (every m, both directions, rational arithmetic) and close to it."""
+    from tablegen.engine import delta_curve
+
+    gs = [Fraction(101, 100), Fraction(6, 5), Fraction(3, 2), Fraction(9, 5)]
+    exact = np.array([float(max(_exact_per_m(n, Fraction(beta), g))) for g in gs])
+    eps = np.log(np.array([float(g) for g in gs]))
+    profile = binary.delta_profile(n, math.log(beta), eps)
+    curve = delta_curve("krr", eps0=math.log(beta), n=n, eps=eps, k=2)
+    live = exact > 1e-30
+    assert np.all(profile >= exact * (1 - 1e-12)) and np.all(curve >= exact * (1 - 1e-12))
+    assert np.all(curve <= profile)
+    assert np.all(profile[live] <= exact[live] * 1.05)
+
+
+def _composed_pair_delta(n: int, eps0: float, eps: float) -> float:
+    """Two rounds of the pair m = 0 (the other users all 0, the target 0 vs 1), both directions: the
+    hockey-stick divergence of the product laws summed over every pair of counts (a lower bound on the
+    exact delta of two composed rounds)."""
+    from scipy.stats import binom
+
+    p = 1 / (1 + math.exp(-eps0))
+    x = binom.pmf(np.arange(n), n - 1, 1 - p)
+    p0 = np.append(x * p, 0) + np.insert(x * (1 - p), 0, 0)
+    p1 = np.append(x * (1 - p), 0) + np.insert(x * p, 0, 0)
+    a, b, g = np.outer(p0, p0), np.outer(p1, p1), math.exp(eps)
+    return float(max(np.maximum(a - g * b, 0).sum(), np.maximum(b - g * a, 0).sum()))
+
+
+def test_composed_rounds_are_certified_by_the_exact_pair_and_tighter_than_the_blanket(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compose.eps for k = 2 reads the exact profile: two rounds at n = 200, eps0 = 2, delta = 1e-6 are
+    at or above the exact composed pair m = 0, within 5% of it, and below the blanket route's composition."""
+    from tablegen import compose
+
+    composed = compose.eps("krr", eps0=2.0, n=200, rounds=2, delta=1e-6, k=2).eps
+    assert _composed_pair_delta(200, 2.0, composed) <= 1e-6
+    assert _composed_pair_delta(200, 2.0, composed / 1.05) > 1e-6  # within 5% of a lower bound
+    with monkeypatch.context() as patch:
+        patch.setattr(binary, "applies", lambda q: False)
+        blanket = compose.eps("krr", eps0=2.0, n=200, rounds=2, delta=1e-6, k=2).eps
+    assert composed < blanket
