@@ -2,7 +2,8 @@
 
 The tables live in ``data/`` at the top of the repository (where ``tablegen build`` writes
 them); a wheel or an install from source gets a copy of every published ``data/*.zarr`` as
-``lookup/_data/*.zarr``, where ``lookup.store.table.shipped_table`` finds it.  An editable install
+``lookup/_data/*.zarr``, and of every device file ``data/*.sheps`` (the shuffled Gaussian's sigma
+file), where ``lookup.store.table.shipped_table`` finds it.  An editable install
 reads ``data/`` in place.  Everything else is declared in ``pyproject.toml``.
 """
 
@@ -14,7 +15,7 @@ from setuptools.command.build_py import build_py
 
 
 class BuildWithTables(build_py):
-    """``build_py`` that also copies ``data/*.zarr`` into the built ``lookup/_data/``."""
+    """``build_py`` that also copies ``data/*.zarr`` and ``data/*.sheps`` into the built ``lookup/_data/``."""
 
     def run(self) -> None:
         super().run()
@@ -25,6 +26,9 @@ class BuildWithTables(build_py):
         for store in sorted(Path("data").glob("*.zarr")):
             if (store / "MANIFEST.sha256").is_file():  # published tables only, never a torn build
                 shutil.copytree(store, target / store.name)
+        for device in sorted(Path("data").glob("*.sheps")):  # one file each, sealed by its own SHA-256
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(device, target / device.name)
 
 
 setup(cmdclass={"build_py": BuildWithTables})

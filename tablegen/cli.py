@@ -693,20 +693,23 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 @click.option("--table", default=None, help="source table to cut (implies --cut)")
 @click.option("--sigma", type=str, default=None,
               help="gaussian: the noise's standard deviations stored, comma-separated, in [0.2, 50] (a sigma axis, "
-              "format 3; computed point by point, 0.3-5 s per cell)")
+              "format 3; one privacy profile per sigma and n, 0.1-11 s each)")
+@click.option("--per-decade", type=ASCII_INT, default=None, help="gaussian: n values per decade (default 2)")
+@click.option("--processes", type=ASCII_INT, default=1, show_default=True,
+              help="gaussian: processes computing the profiles")
 @click.option("--inputs", type=click.Choice(["bits", "unit"]), default="bits", show_default=True,
               help="gaussian: what users hold (bits only: unit is not certified yet)")
 @click.option("--out", required=True, help="device file to write")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
 def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_max: str | None, delta: str | None,
-           max_slack: str | None, no_lower: bool, cut: bool, table: str | None, sigma: str | None, inputs: str,
-           out: str, as_json: bool, **raw: Any) -> None:
+           max_slack: str | None, no_lower: bool, cut: bool, table: str | None, sigma: str | None,
+           per_decade: int | None, processes: int, inputs: str, out: str, as_json: bool, **raw: Any) -> None:
     """Write the device file of one deployment: computed with the slice engine at its eps0 and
     deltas exactly, n from --n-min to --n-max spaced so that two stored n are within --max-slack
     (float32, eps rounded up, lower bounds down); or, with --cut/--table, one family of a table
     cut to the deployment.  Reports size, axes, worst slack and time."""
     from lookup.store.table import TableError
-    from tablegen.export import MAX_SLACK, export_deployment, export_device, export_gaussian
+    from tablegen.export import GAUSSIAN_PER_DECADE, MAX_SLACK, export_deployment, export_device, export_gaussian
 
     def numbers(name: str, text: str | None) -> list[float] | None:
         return None if text is None else [_number(name, part.strip()) for part in text.split(",")]
@@ -722,12 +725,20 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
             _gaussian_only(mechanism, {"eps0": eps0, "max_slack": max_slack, "table": table, "cut": cut or None,
                                        **params}, "export of mechanism 'gaussian'",
                            "it is computed over --sigma, --n-min to --n-max and --delta")
+            for name, value, top in (("per_decade", per_decade, 50), ("processes", processes, 64)):
+                if value is not None and not 1 <= value <= top:
+                    raise ValueError(f"--{name.replace('_', '-')} must be an integer in [1, {top}], got {value}")
             if inputs != "bits" or sigma is None or delta is None:
                 raise ValueError("export of mechanism 'gaussian' needs --sigma and --delta (comma-separated values), "
                                  "and --inputs bits (unit is not certified yet)")
             result = export_gaussian(out, sigma=numbers("sigma", sigma) or [], delta=numbers("delta", delta) or [],
                                      n_min=1e3 if low is None else low, n_max=1e6 if high is None else high,
-                                     lower=not no_lower, log=lambda line: click.echo(line, err=True))
+                                     lower=not no_lower, per_decade=per_decade or GAUSSIAN_PER_DECADE,
+                                     workers=processes,
+                                     log=lambda line: click.echo(line, err=True))
+        elif per_decade is not None or processes != 1:
+            raise ValueError("--per-decade and --processes are for mechanism 'gaussian' (another mechanism's n axis "
+                             "is refined to --max-slack)")
         elif cut or table is not None:
             if no_lower:
                 raise ValueError("--no-lower applies to a computed file; a cut keeps the table's lower bounds")

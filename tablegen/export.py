@@ -1,13 +1,13 @@
 """``tablegen export --device``: the numbers one deployment needs, as a compact device file.
 
 The layout is documented in ``lookup/device/files.py`` (which reads it with the standard library) and,
-byte by byte, in docs/device-format.md.  Two ways to fill it:
+byte by byte, in docs/device-format.md.  Three ways to fill it:
 
 * ``export_deployment`` (the default of the command): computed with the slice engine for the
   deployment itself: its eps0 values exactly, its deltas exactly, and n from n_min to n_max at
   a spacing refined until two stored n are at most ``max_slack`` apart in eps (below);
-* ``export_gaussian`` (``--mechanism gaussian``): the shuffled Gaussian on bits, computed point by
-  point with ``tablegen.engine.gaussian`` over a sigma axis (format 3, ``"axis": "sigma"``);
+* ``export_gaussian`` (``--mechanism gaussian``): the shuffled Gaussian on bits over a sigma axis (format 3,
+  ``"axis": "sigma"``), one privacy profile per sigma and n (``tablegen.engine.gaussian.eps_curve``);
 * ``export_device`` (``--cut``/``--table``): the rows of one mechanism family (optionally one
   parameter set) of an existing table, optionally cut to the axes a deployment needs (``cut``):
 
@@ -400,21 +400,32 @@ GAUSSIAN_ROW = {"inputs": "bits"}  # the only inputs certified (lookup/answer/ga
 GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, then about sqrt(10) apart, then n_max (0.3-5 s per cell, no refinement)
 
 
-def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], lower: bool,
-                     log: Callable[[str], None] | None) -> tuple[np.ndarray, np.ndarray]:
-    """(certified eps, lower bounds or NaN) [sigma, n, delta] from ``tablegen.engine.gaussian.eps_bounds``,
-    point by point, ``log`` told of each sigma's progress."""
+def _gaussian_profile(sigma: float, n: int, deltas: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(certified eps, lower bound) at every delta of one (sigma, n): ``tablegen.engine.gaussian.eps_curve``."""
     from tablegen.engine import gaussian
+
+    return gaussian.eps_curve(sigma, n, deltas)
+
+
+def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], lower: bool, workers: int,
+                     log: Callable[[str], None] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(certified eps, lower bounds or NaN) [sigma, n, delta], one privacy profile per (sigma, n) read at
+    every delta (``tablegen.engine.gaussian.eps_curve``: the chord of evaluated upper bounds, certified
+    because the exact delta is convex in e^eps), on ``workers`` processes; ``log`` told of each sigma done."""
+    from concurrent.futures import ProcessPoolExecutor
 
     shape = (len(sigmas), ns.size, len(deltas))
     upper, lows = np.empty(shape), np.full(shape, np.nan)
-    for index in np.ndindex(*shape):
-        b = gaussian.eps_bounds(sigmas[index[0]], int(ns[index[1]]), deltas[index[2]], lower=lower)
-        upper[index] = b.upper
-        lows[index] = np.nan if b.lower is None else b.lower
-        if log is not None and index[1:] == (ns.size - 1, len(deltas) - 1):
-            log(f"gaussian: sigma {sigmas[index[0]]:g} done ({index[0] + 1} of {len(sigmas)} sigma, "
-                f"{ns.size * len(deltas)} cells each)")
+    cells = list(np.ndindex(*shape[:2]))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        profiles = pool.map(_gaussian_profile, [sigmas[i] for i, _ in cells], [int(ns[j]) for _, j in cells],
+                            [deltas] * len(cells))
+        for (i, j), (certified, found) in zip(cells, profiles, strict=True):
+            upper[i, j] = certified
+            if lower:
+                lows[i, j] = np.where(found > 0, found, np.nan)  # 0 proves nothing: no lower bound
+            if log is not None and j == ns.size - 1:
+                log(f"gaussian: sigma {sigmas[i]:g} done ({i + 1} of {len(sigmas)} sigma, {ns.size} profiles each)")
     return upper, lows
 
 
@@ -431,13 +442,13 @@ def monotone_in_sigma(upper: np.ndarray, lower: np.ndarray) -> tuple[np.ndarray,
 
 
 def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[float], n_min: float,
-                    n_max: float, lower: bool = True, per_decade: int = GAUSSIAN_PER_DECADE,
+                    n_max: float, lower: bool = True, per_decade: int = GAUSSIAN_PER_DECADE, workers: int = 1,
                     log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compute and write the device file of the shuffled Gaussian on bits: format 3 with a sigma axis
     (docs/device-format.md), at the ``sigma`` and ``delta`` values given (exactly those) and n from
     n_min to n_max (both stored) ``per_decade`` apart; returns what was written.
 
-    Every stored eps is ``tablegen.engine.gaussian.eps_bounds``' certified value at its (sigma, n,
+    Every stored eps is ``tablegen.engine.gaussian.eps_curve``'s certified value at its (sigma, n,
     delta), made monotone by ``monotone_in_sigma`` and rounded UP to float32; every lower bound its
     lower bound, carried the other way and rounded DOWN (NaN with ``lower=False``).
 
@@ -448,6 +459,7 @@ def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[
         n_min, n_max: the n range answered.
         lower: also store lower bounds.
         per_decade: n points per decade.
+        workers: processes computing the profiles.
         log: told of the progress (one line per sigma).
 
     Returns:
@@ -459,7 +471,7 @@ def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[
     if not (1 <= n_min <= n_max < math.inf):
         raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min:g} n_max={n_max:g}")
     n = start_axis(int(math.floor(n_min)), int(math.ceil(n_max)), per_decade)
-    exact, lows = monotone_in_sigma(*_gaussian_points(sigmas, n, deltas, lower, log))
+    exact, lows = monotone_in_sigma(*_gaussian_points(sigmas, n, deltas, lower, workers, log))
     upper, lows = round_float32(exact, up=True)[None], round_float32(lows, up=False)[None]
     axes = {"sigma": sigmas, "n": [int(v) for v in n], "delta": deltas}
     header = {

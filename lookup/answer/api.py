@@ -100,7 +100,7 @@ def eps(mechanism: str, *, eps0: Any = None, n: Any, delta: Any, table: Any = No
         others = {"eps0": eps0, "sample_rate": sample_rate}
         if rounds is not None:
             return _gaussian_composed(live, params, others, rounds, n=n, delta=delta)
-        return _gaussian("eps", live, params, others, table, n=n, delta=delta)
+        return _gaussian("eps", live, params, others, table, max_slack, n=n, delta=delta)
     _eps0_given(mechanism, params, eps0)
     if sample_rate is not None and rounds is None:
         raise ValueError("sample_rate needs rounds (T subsampled rounds composed; rounds=1 for one round)")
@@ -363,24 +363,26 @@ def _eps0_given(mechanism: str, params: dict[str, Any], eps0: Any) -> None:
 
 
 def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, Any], table: Any = None,
-              **args: Any) -> Answer:
-    """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): eps from a sigma
-    device file ``table`` names where it covers the query (source "table", no lower bound, slack
-    unknown), every other query live (arrays broadcast, sigma with them: certified, slack 0); no grid
-    corner; what it does not take refused by name, and without live computation a ``TableError``
-    where the file does not answer (the tables have no rows of it)."""
+              max_slack: float | None = None, **args: Any) -> Answer:
+    """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): eps from the sigma
+    device file that answers for ``table`` (``gaussian.device_file``: the one ``table`` names, else the
+    shipped one) where it covers the query and its slack estimate is within ``max_slack`` or nothing
+    live can do better (source "table", no lower bound), every other query live (arrays broadcast,
+    sigma with them: certified, slack 0); no grid corner; what it does not take refused by name, and
+    without live computation a ``TableError`` where no file answers."""
     inputs = gaussian.checked(kind, params, others)
     shape, flat = _broadcast({"sigma": params["sigma"], **args})
     device = gaussian.device_file(table, inputs) if kind == "eps" else None
+    can_live = live and live_engine.available()
     size = math.prod(shape)
     value, lower = np.full(size, np.nan), np.full(size, np.nan)
     source, slack, edge = np.full(size, "live", SOURCE), np.zeros(size), np.zeros(size, bool)
     for i in range(size):
         point = {k: float(v[i]) for k, v in flat.items()}
         stored = None if device is None else gaussian.device_eps(device, point, inputs)
-        if stored is not None:
-            value[i], source[i], slack[i] = stored, "table", math.nan
-        elif not (live and live_engine.available()):
+        if stored is not None and not (can_live and max_slack is not None and not stored[1] <= max_slack):
+            (value[i], slack[i]), source[i] = stored, "table"
+        elif not can_live:
             missing = None if device is None else (f"the device file does not cover sigma={point['sigma']:g} "
                                                    f"n={point['n']:g} delta={point['delta']:g}")
             raise TableError(gaussian.no_live(live) if missing is None else gaussian.no_live(live, missing))

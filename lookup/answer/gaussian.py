@@ -83,37 +83,48 @@ def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
 _DEVICE: dict[tuple[str, float, str], Any] = {}  # sigma device files read, by (path, mtime, inputs)
 
 
+SHIPPED = "gaussian.sheps"  # the shipped sigma file (data/, or lookup/_data/ in a wheel): docs/tables.md
+
+
 def device_file(table: Any, inputs: str) -> Any:
-    """The sigma device file (``lookup.device.DeviceTable``) that ``table`` names, read as the gaussian
-    row of ``inputs`` with its trust checks (``read_device``: shipped, built here, or signed by a
-    trusted key), or None where ``table`` is anything else (None, a ``Table``, a table store, an eps0
-    device file: the tables have no gaussian rows, the answer is live as before); a sigma file that
-    is refused (tampered, untrusted, another mechanism's) raises TableError, never answered live in
-    its place unnoticed."""
+    """The sigma device file (``lookup.device.DeviceTable``) that answers gaussian for ``table``, read as
+    the gaussian row of ``inputs`` with its trust checks (``read_device``: shipped, built here, or
+    signed by a trusted key): ``table`` itself where it is a path to a sigma file; the shipped one
+    (``SHIPPED``) where ``table`` is None or a path to anything else (a table store, an eps0 device
+    file: they have no gaussian rows); None where ``table`` is an opened ``Table`` (the service's,
+    which answers gaussian live) or the shipped file is absent.  A sigma file that is refused
+    (tampered, untrusted, another mechanism's) raises TableError, never answered live in its place
+    unnoticed."""
     from lookup.device.files import DeviceFileError, axis_of, read_device, read_header
-    from lookup.store.table import TableError
+    from lookup.store.table import TableError, shipped_table
 
-    if not isinstance(table, (str, os.PathLike)) or not os.path.isfile(table):
+    if table is not None and not isinstance(table, (str, os.PathLike)):
         return None
-    path = os.path.realpath(table)
-    try:
-        if axis_of(read_header(path)) != "sigma":
-            return None
-        key = (path, os.stat(path).st_mtime, inputs)
-        if key not in _DEVICE:
-            _DEVICE[key] = read_device(path, expect=(NAME, {"inputs": inputs}))
-    except DeviceFileError as err:
-        if "bad magic" in str(err):  # not a device file: a table's own error path refuses it
-            return None
-        raise TableError(str(err)) from None
-    return _DEVICE[key]
+    candidates = [] if table is None or not os.path.isfile(table) else [table]
+    for path in [*map(os.path.realpath, candidates), str(shipped_table(SHIPPED))]:
+        if not os.path.isfile(path):
+            continue
+        try:
+            if axis_of(read_header(path)) != "sigma":
+                continue
+            key = (path, os.stat(path).st_mtime, inputs)
+            if key not in _DEVICE:
+                _DEVICE[key] = read_device(path, expect=(NAME, {"inputs": inputs}))
+        except DeviceFileError as err:
+            if "bad magic" in str(err):  # not a device file: a table's own error path refuses it
+                continue
+            raise TableError(str(err)) from None
+        return _DEVICE[key]
+    return None
 
 
-def device_eps(device: Any, point: dict[str, float], inputs: str) -> float | None:
-    """Certified eps of the sigma device file ``device`` at ``point`` (sigma, n, delta): sigma and n
-    rounded down, the delta chord (``DeviceTable.eps_sigma``); None where the file does not cover it."""
+def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float, float] | None:
+    """(certified eps, slack estimate) of the sigma device file ``device`` at ``point`` (sigma, n, delta):
+    sigma and n rounded down, the delta chord (``DeviceTable.eps_sigma``), the slack against the cell's
+    opposite corner (``DeviceTable.sigma_slack``); None where the file does not cover it."""
     try:
-        return device.eps_sigma({"inputs": inputs}, point["sigma"], point["n"], point["delta"])
+        return (device.eps_sigma({"inputs": inputs}, point["sigma"], point["n"], point["delta"]),
+                device.sigma_slack({"inputs": inputs}, point["sigma"], point["n"], point["delta"]))
     except ValueError as err:
         if "does not cover" in str(err):
             return None

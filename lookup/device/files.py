@@ -128,6 +128,20 @@ class DeviceTable:
             raise ValueError(f"the device file does not cover {params} sigma={sigma} n={n} delta={delta} ({why})")
         return chord(lambda d: self.value(r, k, cell.n_down, d), cell)
 
+    def sigma_slack(self, params: dict[str, Any], sigma: float, n: float, delta: float) -> float:
+        """How far ``eps_sigma``'s answer may sit above the certified eps at the query: its value over the
+        one at the opposite corner of the cell (sigma and n rounded UP, the same delta chord), less 1;
+        0 on a grid sigma and n, NaN beyond the largest stored sigma or n (no corner to compare with).
+        An estimate of the rounding's cost, as a table's slack: never used as a bound."""
+        answer = self.eps_sigma(params, sigma, n, delta)
+        r = self.row(params)
+        k_up = bisect.bisect_left(self.header["sigma"], sigma)
+        cell = locate([1.0], self.header["n"], self.header["delta"], 1.0, n, delta)
+        if r is None or cell is None or k_up == len(self.header["sigma"]) or cell.n_up == len(self.header["n"]):
+            return math.nan
+        corner = chord(lambda d: self.value(r, k_up, cell.n_up, d), cell)
+        return answer / corner - 1 if corner > 0 else (0.0 if answer == 0 else math.inf)
+
 
 class Cell:
     """Where one query falls in the grid: indices and the chord weight (see ``locate``)."""

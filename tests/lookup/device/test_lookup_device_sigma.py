@@ -255,3 +255,25 @@ def test_a_signature_does_not_follow_a_sigma_file_relabelled_eps0(gauss: Path, t
     trust.signature_path(genuine).rename(trust.signature_path(relabelled))
     with pytest.raises(DeviceFileError, match="does not verify"):
         read_device(str(relabelled), expect=("gaussian", ROW))
+
+
+def test_slack_compares_with_the_cells_opposite_corner(gauss: Path) -> None:
+    """0 on a grid sigma and n; between them the answer over the value at sigma and n rounded UP (the
+    stored values at sigma 1 and 2, n 3162 and 10000, by index), less 1; NaN beyond the largest sigma or n."""
+    d = read_device(str(gauss))
+    assert d.sigma_slack(ROW, 2.0, 3162, 1e-6) == 0.0
+    stored = np.asarray(d.upper, dtype=float).reshape(3, 3, 2)  # [sigma 1, 2, 4; n 1000, 3162, 10000; delta]
+    assert d.sigma_slack(ROW, 1.5, 5000, 1e-6) == pytest.approx(stored[0, 1, 1] / stored[1, 2, 1] - 1, rel=1e-6)
+    assert d.sigma_slack(ROW, 1.5, 5000, 1e-6) > 0
+    assert math.isnan(d.sigma_slack(ROW, 5.0, 5000, 1e-6)) and math.isnan(d.sigma_slack(ROW, 1.5, 20000, 1e-6))
+
+
+def test_lookup_answers_from_the_file_within_max_slack_else_live(gauss: Path) -> None:
+    """Off the grid the file's slack is far above 2%: the engine answers (certified, with its lower bound);
+    with max_slack=None, or without live computation, the file does (no lower bound, its slack reported)."""
+    live = lookup.eps("gaussian", sigma=1.5, n=5000, delta=1e-6, table=str(gauss))
+    stored = lookup.eps("gaussian", sigma=1.5, n=5000, delta=1e-6, table=str(gauss), max_slack=None)
+    assert live.source == "live" and live.lower > 0 and stored.source == "table" and np.isnan(stored.lower)
+    assert stored.value >= live.lower and float(stored.slack) > 0.02
+    on_grid = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss))
+    assert on_grid.source == "table" and float(on_grid.slack) == 0.0
