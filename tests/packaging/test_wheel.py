@@ -115,6 +115,8 @@ def test_distributions_carry_verifiable_tables(dist: dict[str, Path], kind: str,
     for name in TABLES:
         assert (stores / name / "MANIFEST.sha256").is_file(), f"{name} missing from the {kind}"
         assert read_verified(stores / name)  # raises on any mismatch
+    # the shuffled Gaussian's sigma file, byte for byte (its header seals it: lookup.device.files)
+    assert (stores / "gaussian.sheps").read_bytes() == (ROOT / "data" / "gaussian.sheps").read_bytes()
     shipped, checkout = open_table(stores / "default.zarr"), open_table(ROOT / "data" / "default.zarr")
     assert shipped.labels() == checkout.labels()
     assert (shipped.upper == checkout.upper).all()

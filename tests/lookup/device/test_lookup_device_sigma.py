@@ -277,3 +277,24 @@ def test_lookup_answers_from_the_file_within_max_slack_else_live(gauss: Path) ->
     assert stored.value >= live.lower and float(stored.slack) > 0.02
     on_grid = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss))
     assert on_grid.source == "table" and float(on_grid.slack) == 0.0
+
+
+def test_the_shipped_sigma_file_answers_gaussian_without_live() -> None:
+    """data/gaussian.sheps, pinned: with live off it answers on its grid (slack 0) within 5% above the
+    engine's certified eps, and off it (slack > 0); every answer at least the engine's certified lower
+    bound and the sum of the outputs' exact eps (the Gaussian mechanism at mu = 1 / (sigma sqrt n),
+    arXiv:1805.06530 Theorem 8, by scipy)."""
+    from scipy import stats
+
+    from lookup.answer import gaussian as answers
+    from lookup.store.table import shipped_table
+
+    shipped = read_device(str(shipped_table(answers.SHIPPED)))
+    assert shipped.provenance == "shipped" and shipped.axis == "sigma"
+    for sigma, n, delta, grid in [(2.0, 10**4, 1e-6, True), (1.5, 5000, 1e-7, False), (8.0, 10**6, 1e-10, True)]:
+        a = lookup.eps("gaussian", sigma=sigma, n=n, delta=delta, live=False)
+        b = engine.eps_bounds(sigma, n, delta)
+        mu = 1 / (sigma * math.sqrt(n))
+        summed = stats.norm.cdf(mu / 2 - a.value / mu) - math.exp(a.value) * stats.norm.cdf(-mu / 2 - a.value / mu)
+        assert a.source == "table" and a.value >= b.lower and summed <= delta
+        assert (float(a.slack) == 0 and a.value <= b.upper * 1.05) if grid else float(a.slack) > 0
