@@ -366,8 +366,8 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
               max_slack: float | None = None, **args: Any) -> Answer:
     """``eps`` or ``delta`` of mechanism gaussian (``lookup/answer/gaussian.py``): eps from the sigma
     device file that answers for ``table`` (``gaussian.device_file``: the one ``table`` names, else the
-    shipped one) where it covers the query and its slack estimate is within ``max_slack`` or nothing
-    live can do better (source "table", no lower bound), every other query live (arrays broadcast,
+    shipped one) where it covers the query and its slack (bounded by the file's own lower bound) is within
+    ``max_slack`` or nothing live can do better (source "table"), every other query live (arrays broadcast,
     sigma with them: certified, slack 0); no grid corner; what it does not take refused by name, and
     without live computation a ``TableError`` where no file answers."""
     inputs = gaussian.checked(kind, params, others)
@@ -380,8 +380,8 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
     for i in range(size):
         point = {k: float(v[i]) for k, v in flat.items()}
         stored = None if device is None else gaussian.device_eps(device, point, inputs)
-        if stored is not None and not (can_live and max_slack is not None and not stored[1] <= max_slack):
-            (value[i], slack[i]), source[i] = stored, "table"
+        if stored is not None and not (can_live and max_slack is not None and not stored[2] <= max_slack):
+            (value[i], lower[i], slack[i]), source[i] = stored, "table"
         elif not can_live:
             missing = None if device is None else (f"the device file does not cover sigma={point['sigma']:g} "
                                                    f"n={point['n']:g} delta={point['delta']:g}")

@@ -1,10 +1,11 @@
 """The shuffled Gaussian on bits (``gaussian``: each user reports x + N(0, sigma^2), x in {0, 1}), live.
 
-It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the tables
-have no rows of it yet, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``).
-An eps query given a gaussian device file (format 3, a sigma axis: ``tablegen export --device
---mechanism gaussian``) as its table is answered from the file where it covers the query
-(``device_file``, ``lookup.device.DeviceTable.eps_sigma``); every other answer is the engine's,
+It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the zarr
+tables have no rows of it, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``).
+An eps query is answered from a sigma device file (format 3: ``tablegen export --device --mechanism
+gaussian``; the one ``table`` names, else the shipped ``data/gaussian.sheps``) where it covers the query
+and its slack is within max_slack or nothing live can answer (``device_file``, ``device_eps``,
+``lookup.device.DeviceTable.eps_sigma``); every other answer is the engine's,
 ``tablegen.engine.gaussian`` (imported only when an answer is computed), cached as
 ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
 ``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
@@ -118,20 +119,23 @@ def device_file(table: Any, inputs: str) -> Any:
     return None
 
 
-def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float, float] | None:
-    """(certified eps, slack estimate) of the sigma device file ``device`` at ``point`` (sigma, n, delta):
-    sigma and n rounded down, the delta chord (``DeviceTable.eps_sigma``), the slack against the cell's
-    opposite corner (``DeviceTable.sigma_slack``); None where the file does not cover it."""
+def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float, float, float] | None:
+    """(certified eps, lower bound, slack) of the sigma device file ``device`` at ``point`` (sigma, n, delta):
+    sigma and n rounded down and the delta chord for the eps (``DeviceTable.eps_sigma``), all three rounded
+    up for the lower bound (``sigma_lower``), the slack their ratio less 1 (``sigma_slack``); None where the
+    file does not cover the query."""
+    row = {"inputs": inputs}
     try:
-        return (device.eps_sigma({"inputs": inputs}, point["sigma"], point["n"], point["delta"]),
-                device.sigma_slack({"inputs": inputs}, point["sigma"], point["n"], point["delta"]))
+        value = device.eps_sigma(row, point["sigma"], point["n"], point["delta"])
     except ValueError as err:
         if "does not cover" in str(err):
             return None
         raise
+    lower = device.sigma_lower(row, point["sigma"], point["n"], point["delta"])
+    return value, lower, value / lower - 1 if lower > 0 else math.nan
 
 
-def no_live(live: bool, missing: str = "the tables have no rows of it yet") -> str:
+def no_live(live: bool, missing: str = "the tables have no rows of it and no sigma file is shipped") -> str:
     """Why a gaussian question is refused without live computation (the message of a TableError);
     ``missing``: why no table answers it."""
     why = ("live computation is off (--no-live, live=False)" if not live

@@ -128,19 +128,18 @@ class DeviceTable:
             raise ValueError(f"the device file does not cover {params} sigma={sigma} n={n} delta={delta} ({why})")
         return chord(lambda d: self.value(r, k, cell.n_down, d), cell)
 
-    def sigma_slack(self, params: dict[str, Any], sigma: float, n: float, delta: float) -> float:
-        """How far ``eps_sigma``'s answer may sit above the certified eps at the query: its value over the
-        one at the opposite corner of the cell (sigma and n rounded UP, the same delta chord), less 1;
-        0 on a grid sigma and n, NaN beyond the largest stored sigma or n (no corner to compare with).
-        An estimate of the rounding's cost, as a table's slack: never used as a bound."""
-        answer = self.eps_sigma(params, sigma, n, delta)
-        r = self.row(params)
-        k_up = bisect.bisect_left(self.header["sigma"], sigma)
-        cell = locate([1.0], self.header["n"], self.header["delta"], 1.0, n, delta)
-        if r is None or cell is None or k_up == len(self.header["sigma"]) or cell.n_up == len(self.header["n"]):
+    def sigma_lower(self, params: dict[str, Any], sigma: float, n: float, delta: float) -> float:
+        """A certified lower bound on the exact eps at the query from a sigma file: the stored lower bound at
+        sigma, n and delta rounded UP (each exact eps at a larger sigma, n or delta is at most the query's:
+        the rules of ``eps_sigma`` the other way); NaN where none is stored or nothing lies above the query."""
+        r = self._checked_row(params, "sigma", sigma, n, delta)
+        k = bisect.bisect_left(self.header["sigma"], sigma)
+        j = bisect.bisect_left(self.header["n"], n)
+        d = bisect.bisect_left(self.header["delta"], delta)
+        if r is None or k == len(self.header["sigma"]) or j == len(self.header["n"]) or d == len(self.header["delta"]):
             return math.nan
-        corner = chord(lambda d: self.value(r, k_up, cell.n_up, d), cell)
-        return answer / corner - 1 if corner > 0 else (0.0 if answer == 0 else math.inf)
+        _, n_first, n_n, n_delta = self.shape
+        return self.lower[((r * n_first + k) * n_n + j) * n_delta + d]
 
 
 class Cell:

@@ -70,7 +70,7 @@ def test_cli_rounds_without_dp_accounting_names_the_extra(monkeypatch: pytest.Mo
     (["--sigma", "1", "--rounds", "0"], 2, "rounds must be an integer in [1, 1000000]"),
     (["--sigma", "60", "--rounds", "3"], 2, "sigma must be in [0.2, 50]"),
     (["--sigma", "1", "--rounds", "3", "--no-live"], 3, "answered live only"),
-    (["--sigma", "1", "--no-live"], 3, "answered live only"),
+    (["--sigma", "1", "--no-live", "--delta", "1e-13"], 3, "the device file does not cover sigma=1 n=1000 delta=1e-13"),
 ])
 def test_cli_refusals(args: list[str], status: int, message: str) -> None:
     result = cli("eps", "--mechanism", "gaussian", "--n", "1000", "--delta", "1e-6", *args)

@@ -56,11 +56,11 @@ def cache(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def gauss(build_dir: Path) -> Path:
-    """The engine's file: sigma 1, 2, 4; n 1000, 3162, 10000; deltas 1e-8, 1e-6 (about 18 x 0.5 s)."""
+    """The engine's file: sigma 1, 2, 4; n 1000, 3162, 10000; deltas 1e-8, 1e-6, with lower bounds (9 profiles)."""
     out = build_dir / "gauss.dev"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(trust.ENV_CACHE, str(build_dir / "cache"))
-        export_gaussian(out, sigma=[4, 1, 2], delta=[1e-6, 1e-8], n_min=1e3, n_max=1e4, lower=False)
+        export_gaussian(out, sigma=[4, 1, 2], delta=[1e-6, 1e-8], n_min=1e3, n_max=1e4)
     return out
 
 
@@ -217,7 +217,7 @@ def test_lookup_answers_from_a_sigma_file_where_it_covers(gauss: Path) -> None:
     with pytest.raises(TableError, match="not a table of eps0"):
         open_table(str(gauss))
     header, upper, lower = _parts(gauss)
-    assert header["axis"] == "sigma" and upper.size == lower.size == 18 and np.isnan(lower).all()  # lower=False
+    assert header["axis"] == "sigma" and upper.size == lower.size == 18 and np.all((lower > 0) & (lower <= upper))
 
 
 def test_the_documented_answer_is_current(gauss: Path) -> None:
@@ -257,32 +257,35 @@ def test_a_signature_does_not_follow_a_sigma_file_relabelled_eps0(gauss: Path, t
         read_device(str(relabelled), expect=("gaussian", ROW))
 
 
-def test_slack_compares_with_the_cells_opposite_corner(gauss: Path) -> None:
-    """0 on a grid sigma and n; between them the answer over the value at sigma and n rounded UP (the
-    stored values at sigma 1 and 2, n 3162 and 10000, by index), less 1; NaN beyond the largest sigma or n."""
+def test_the_lower_bound_rounds_every_axis_up(gauss: Path) -> None:
+    """sigma_lower reads the stored lower bound at sigma, n and delta rounded UP (the stored values at
+    sigma 2, n 10000 and delta 1e-6, by index); on the grid its own; NaN beyond the largest sigma, n or
+    delta; at or below the engine's certified eps at the query."""
     d = read_device(str(gauss))
-    assert d.sigma_slack(ROW, 2.0, 3162, 1e-6) == 0.0
-    stored = np.asarray(d.upper, dtype=float).reshape(3, 3, 2)  # [sigma 1, 2, 4; n 1000, 3162, 10000; delta]
-    assert d.sigma_slack(ROW, 1.5, 5000, 1e-6) == pytest.approx(stored[0, 1, 1] / stored[1, 2, 1] - 1, rel=1e-6)
-    assert d.sigma_slack(ROW, 1.5, 5000, 1e-6) > 0
-    assert math.isnan(d.sigma_slack(ROW, 5.0, 5000, 1e-6)) and math.isnan(d.sigma_slack(ROW, 1.5, 20000, 1e-6))
+    lows = np.asarray(d.lower, dtype=float).reshape(3, 3, 2)  # [sigma 1, 2, 4; n 1000, 3162, 10000; delta 1e-8, 1e-6]
+    assert d.sigma_lower(ROW, 1.5, 5000, 1e-7) == lows[1, 2, 1] > 0
+    assert d.sigma_lower(ROW, 2.0, 3162, 1e-8) == lows[1, 1, 0]
+    assert all(math.isnan(d.sigma_lower(ROW, *q)) for q in [(5.0, 5000, 1e-7), (1.5, 20000, 1e-7), (1.5, 5000, 1e-5)])
+    assert d.sigma_lower(ROW, 1.5, 5000, 1e-7) <= engine.eps_bounds(1.5, 5000, 1e-7).upper
 
 
 def test_lookup_answers_from_the_file_within_max_slack_else_live(gauss: Path) -> None:
-    """Off the grid the file's slack is far above 2%: the engine answers (certified, with its lower bound);
-    with max_slack=None, or without live computation, the file does (no lower bound, its slack reported)."""
-    live = lookup.eps("gaussian", sigma=1.5, n=5000, delta=1e-6, table=str(gauss))
-    stored = lookup.eps("gaussian", sigma=1.5, n=5000, delta=1e-6, table=str(gauss), max_slack=None)
-    assert live.source == "live" and live.lower > 0 and stored.source == "table" and np.isnan(stored.lower)
-    assert stored.value >= live.lower and float(stored.slack) > 0.02
-    on_grid = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss))
-    assert on_grid.source == "table" and float(on_grid.slack) == 0.0
+    """The file's slack is bounded by its own lower bound (answer / lower - 1: above 2% even on its grid,
+    its values come from a coarser search), so with live computation the engine answers (certified, its
+    lower bound); with max_slack=None, or without live computation, the file does, with its lower bound."""
+    live = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss))
+    stored = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss), max_slack=None)
+    off = lookup.eps("gaussian", sigma=2.0, n=3162, delta=1e-6, table=str(gauss), live=False)
+    assert live.source == "live" and stored.source == off.source == "table" and stored.value == off.value
+    assert stored.lower <= live.value and live.lower <= stored.value
+    assert float(stored.slack) == pytest.approx(stored.value / stored.lower - 1) and float(stored.slack) > 0.02
 
 
 def test_the_shipped_sigma_file_answers_gaussian_without_live() -> None:
-    """data/gaussian.sheps, pinned: with live off it answers on its grid (slack 0) within 5% above the
-    engine's certified eps, and off it (slack > 0); every answer at least the engine's certified lower
-    bound and the sum of the outputs' exact eps (the Gaussian mechanism at mu = 1 / (sigma sqrt n),
+    """data/gaussian.sheps, pinned: with live off it answers on its grid within 5% above the engine's
+    certified eps, and off it above it; its lower bound at most the engine's eps, its slack the ratio of
+    the two less 1; every answer at least the engine's certified lower bound and the sum of the outputs'
+    exact eps (the Gaussian mechanism at mu = 1 / (sigma sqrt n),
     arXiv:1805.06530 Theorem 8, by scipy)."""
     from scipy import stats
 
@@ -297,4 +300,5 @@ def test_the_shipped_sigma_file_answers_gaussian_without_live() -> None:
         mu = 1 / (sigma * math.sqrt(n))
         summed = stats.norm.cdf(mu / 2 - a.value / mu) - math.exp(a.value) * stats.norm.cdf(-mu / 2 - a.value / mu)
         assert a.source == "table" and a.value >= b.lower and summed <= delta
-        assert (float(a.slack) == 0 and a.value <= b.upper * 1.05) if grid else float(a.slack) > 0
+        assert a.lower <= b.upper and float(a.slack) == pytest.approx(a.value / a.lower - 1)
+        assert a.value <= b.upper * 1.05 if grid else a.value >= b.upper
