@@ -200,7 +200,8 @@ def test_monotone_in_sigma_carries_each_bound_its_own_way() -> None:
 
 def test_gaussian_export_stores_the_engine_value(tmp_path: Path) -> None:
     """``tablegen export --device --mechanism gaussian``: a format-3 file over sigma holding the engine's
-    certified eps rounded up to float32; the options of the eps0 mechanisms refused by name."""
+    certified eps (its profile read at the delta, ``eps_curve``) rounded up to float32; the options of the
+    eps0 mechanisms refused by name."""
     out = tmp_path / "g.dev"
     args = ["export", "--device", "--mechanism", "gaussian", "--sigma", "2", "--n-min", "1e4", "--n-max", "1e4",
             "--delta", "1e-6", "--no-lower", "--out", str(out)]
@@ -208,8 +209,10 @@ def test_gaussian_export_stores_the_engine_value(tmp_path: Path) -> None:
     assert report["sigma"] == [2.0] and report["n"] == [10000] and report["shape"] == [1, 1, 1, 1]
     device = read_device(str(out))
     assert (device.header["format"], device.header["axis"], device.axis) == (3, "sigma", "sigma")
-    want = round_float32(np.array(gaussian.eps_bounds(2.0, 10000, 1e-6, lower=False).upper), up=True)
+    want = round_float32(np.array(gaussian.eps_curve(2.0, 10000, [1e-6])[0][0]), up=True)
+    engine = gaussian.eps_bounds(2.0, 10000, 1e-6)  # the live search: the file's profile is within 5% of it
     assert device.value(0, 0, 0, 0) == want and math.isnan(device.lower[0])
+    assert engine.lower <= want <= engine.upper * 1.05
     assert device.eps_sigma({"inputs": "bits"}, 3.0, 2e4, 1e-5) == device.value(0, 0, 0, 0)
     for extra, word in ((["--eps0", "1"], "--eps0"), (["--k", "3"], "--k"), (["--inputs", "unit"], "unit")):
         refused = CliRunner().invoke(tablegen_main, [*args, *extra])

@@ -147,11 +147,15 @@ def test_spot_checks_draw_every_cell_of_a_small_table_and_random_cells_of_a_larg
 
 def test_shipped_tables_are_pinned() -> None:
     """The pins in lookup/trust/origin.py name the shipped tables, the mechanism table and the calibration
-    table (issue 37 review, N1), and nothing else: republishing one of data/ without updating its
+    table (issue 37 review, N1), and the shipped sigma device file (by its header's SHA-256), and nothing
+    else: republishing one of data/ without updating its
     pin would refuse it for every user (nothing else vouches for it)."""
+    from lookup.device.files import read_header
+
     shipped = {trust.listing_digest(read_manifest(store_path)): store_path.name
                for store_path in sorted((ROOT / "data").glob("*.zarr"))}
-    assert set(shipped.values()) >= {"default.zarr", "protocols.zarr"}
+    shipped |= {read_header(str(path))["sha256"]: path.name for path in sorted((ROOT / "data").glob("*.sheps"))}
+    assert set(shipped.values()) >= {"default.zarr", "protocols.zarr", "gaussian.sheps"}
     assert trust.PINNED == shipped
 
 
