@@ -210,6 +210,18 @@ def render(
         "must hold for all of them, so a large gap there is expected."
     )
     w(
+        "* **k-RR with k = 2** is the exception: its upper bound is the exact worst case over all datasets "
+        "(every m other users holding a one, both directions), certified within 0.5% above it, and its lower "
+        "bound the exact value of m = 0..3 (docs/soundness.md, \"Binary randomized response\").  On this "
+        "grid its median gap was 3.99% and its largest 76.7% with the blanket bound (2026-11-22 run); "
+        "against the exact values of an independent oracle, the blanket was 1.20-1.37x and published code is "
+        "no better: Wang et al.'s code and FMT21's numerical bound are at or above the blanket at every "
+        "point of issue 54's table, and their \"lower bounds\" for 2-RR lie above the exact value (eps0 2, "
+        "n 1e4, delta 1e-8: 0.146 and 0.194 against the exact 0.1127), so they are not lower bounds.  The "
+        "side-by-side (exact, blanket, ours, our lower bound) is in docs/mechanisms.md (`python -m bench "
+        "binary`)."
+    )
+    w(
         "* To separate the two effects each cell also evaluates the lower-bound pairs with the "
         "**upper** numerics (`pair`: a certified upper bound on the pairs' own eps).  "
         "**numerics** = (pair - lower) / lower is the price of the numerics on one fixed law of G; "
