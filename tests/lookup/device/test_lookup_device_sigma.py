@@ -292,8 +292,11 @@ def test_the_shipped_sigma_file_answers_gaussian_without_live() -> None:
     from lookup.answer import gaussian as answers
     from lookup.store.table import shipped_table
 
-    shipped = read_device(str(shipped_table(answers.SHIPPED)))
-    assert shipped.provenance == "shipped" and shipped.axis == "sigma"
+    path = shipped_table(answers.SHIPPED)
+    shipped = read_device(str(path))
+    assert shipped.provenance == "shipped" and shipped.axis == "sigma" and tuple(shipped.shape) == (1, 33, 29, 19)
+    quoted = re.search(r"default table's 19 deltas: ([0-9,]+) bytes", (DOCS.parent / "tables.md").read_text())
+    assert quoted and path.stat().st_size == int(quoted.group(1).replace(",", ""))  # docs/tables.md's figure
     for sigma, n, delta, grid in [(2.0, 10**4, 1e-6, True), (1.5, 5000, 1e-7, False), (8.0, 10**6, 1e-10, True)]:
         a = lookup.eps("gaussian", sigma=sigma, n=n, delta=delta, live=False)
         b = engine.eps_bounds(sigma, n, delta)
