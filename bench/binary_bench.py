@@ -8,6 +8,9 @@ Parts (``python -m bench binary [--only PART ...] [--quick]``):
   none), the blanket bound (engine before the exact path), ours certified now and our lower bound.
 * ``time``: whole-process ``tablegen compute --mechanism krr --k 2 ... --json`` at n = 1e4, 1e7 and 1e9
   (targets: 2 s at n <= 1e7, 10 s at 1e9), eps0 1 and 4, delta 1e-8.
+* ``compose``: 10 rounds at eps0 2, delta 1e-8, n 1e4 / 1e7 / 1e9 (``--quick``: 1e4): ``compose.eps`` with the
+  exact profile (``binary.delta_profile``) against the blanket's profile, and the seconds of the first in-process
+  (the blanket's curve is then cached).
 """
 
 from __future__ import annotations
@@ -54,8 +57,28 @@ def part_time(quick: bool) -> None:
     print()
 
 
+def part_compose(quick: bool) -> None:
+    from tablegen import compose
+    from tablegen.engine import binary
+
+    print("## 10 rounds composed, eps0 2, delta 1e-8: the exact profile against the blanket's (in-process)\n")
+    print("| n | exact profile | seconds | blanket profile | change |\n|---|---|---|---|---|")
+    applies = binary.applies
+    for n in (10**4,) if quick else (10**4, 10**7, 10**9):
+        start = time.perf_counter()
+        exact = compose.eps("krr", eps0=2.0, n=n, rounds=10, delta=DELTA, k=2).eps
+        seconds = time.perf_counter() - start
+        binary.applies = lambda q: False  # the engine without the exact path
+        try:
+            blanket = compose.eps("krr", eps0=2.0, n=n, rounds=10, delta=DELTA, k=2).eps
+        finally:
+            binary.applies = applies
+        print(f"| {n:.0e} | {exact:.6g} | {seconds:.1f} | {blanket:.6g} | {exact / blanket - 1:+.1%} |")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
-    common.print_parts("binary", __doc__, {"table": part_table, "time": part_time}, argv)
+    common.print_parts("binary", __doc__, {"table": part_table, "time": part_time, "compose": part_compose}, argv)
 
 
 if __name__ == "__main__":
