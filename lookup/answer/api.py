@@ -383,8 +383,9 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
         if stored is not None and not (can_live and max_slack is not None and not stored[2] <= max_slack):
             (value[i], lower[i], slack[i]), source[i] = stored, "table"
         elif not can_live:
-            missing = None if device is None else (f"the device file does not cover sigma={point['sigma']:g} "
-                                                   f"n={point['n']:g} delta={point['delta']:g}")
+            missing = ("the sigma device files hold eps, not delta" if kind == "delta" else None if device is None
+                       else f"the device file does not cover sigma={point['sigma']:g} n={point['n']:g} "
+                            f"delta={point['delta']:g}")
             raise TableError(gaussian.no_live(live) if missing is None else gaussian.no_live(live, missing))
         else:
             value[i], lower[i] = gaussian.bounds(kind, point, inputs)

@@ -135,7 +135,8 @@ def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float
     return value, lower, value / lower - 1 if lower > 0 else math.nan
 
 
-def no_live(live: bool, missing: str = "the tables have no rows of it and no sigma file is shipped") -> str:
+def no_live(live: bool, missing: str = "no sigma device file answers for this table: the zarr tables have no rows of "
+            "it; lookup eps without --table reads the shipped data/gaussian.sheps") -> str:
     """Why a gaussian question is refused without live computation (the message of a TableError);
     ``missing``: why no table answers it."""
     why = ("live computation is off (--no-live, live=False)" if not live
