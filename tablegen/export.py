@@ -397,14 +397,7 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
 # ------------------------------------------------------------------ the shuffled Gaussian, over a sigma axis
 
 GAUSSIAN_ROW = {"inputs": "bits"}  # the only inputs certified (lookup/answer/gaussian.py)
-GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, then about sqrt(10) apart, then n_max (0.3-5 s per cell, no refinement)
-
-
-def _gaussian_profile(sigma: float, n: int, deltas: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """(certified eps, lower bound) at every delta of one (sigma, n): ``tablegen.engine.gaussian.eps_curve``."""
-    from tablegen.engine import gaussian
-
-    return gaussian.eps_curve(sigma, n, deltas)
+GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, about sqrt(10) apart, then n_max (0.1-11 s a profile, no refinement)
 
 
 def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], lower: bool, workers: int,
@@ -414,11 +407,13 @@ def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], l
     because the exact delta is convex in e^eps), on ``workers`` processes; ``log`` told of each sigma done."""
     from concurrent.futures import ProcessPoolExecutor
 
+    from tablegen.engine import gaussian
+
     shape = (len(sigmas), ns.size, len(deltas))
     upper, lows = np.empty(shape), np.full(shape, np.nan)
     cells = list(np.ndindex(*shape[:2]))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        profiles = pool.map(_gaussian_profile, [sigmas[i] for i, _ in cells], [int(ns[j]) for _, j in cells],
+        profiles = pool.map(gaussian.eps_curve, [sigmas[i] for i, _ in cells], [int(ns[j]) for _, j in cells],
                             [deltas] * len(cells))
         for (i, j), (certified, found) in zip(cells, profiles, strict=True):
             upper[i, j] = certified

@@ -380,7 +380,7 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
     for i in range(size):
         point = {k: float(v[i]) for k, v in flat.items()}
         stored = None if device is None else gaussian.device_eps(device, point, inputs)
-        if stored is not None and not (can_live and max_slack is not None and not stored[2] <= max_slack):
+        if stored is not None and (not can_live or max_slack is None or stored[2] <= max_slack):
             (value[i], lower[i], slack[i]), source[i] = stored, "table"
         elif not can_live:
             missing = ("the sigma device files hold eps, not delta" if kind == "delta" else None if device is None

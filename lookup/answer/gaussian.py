@@ -122,8 +122,8 @@ def device_file(table: Any, inputs: str) -> Any:
 def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float, float, float] | None:
     """(certified eps, lower bound, slack) of the sigma device file ``device`` at ``point`` (sigma, n, delta):
     sigma and n rounded down and the delta chord for the eps (``DeviceTable.eps_sigma``), all three rounded
-    up for the lower bound (``sigma_lower``), the slack their ratio less 1 (``sigma_slack``); None where the
-    file does not cover the query."""
+    up for the lower bound (``DeviceTable.sigma_lower``), the slack their ratio less 1 (NaN without a lower
+    bound); None where the file does not cover the query."""
     row = {"inputs": inputs}
     try:
         value = device.eps_sigma(row, point["sigma"], point["n"], point["delta"])

@@ -300,28 +300,22 @@ def delta_profile(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
     Any partition gives upper bounds (the sandwich holds for every interval: docs/soundness.md, "Binary
     randomized response" 3 and 7); the partition chosen changes only how tight they are.  This one
     takes the first EXACT_MS m singly and then walks each direction as ``_walk`` does, but against the
-    whole array: an interval is halved where its bound at some eps exceeds ``_reference`` at
-    eps / (1 + PROFILE_TOL) (or (1 + PROFILE_TOL) times it at eps), so that the profile stays within
-    about PROFILE_TOL in eps of the exact one; a single m is kept whatever its bound."""
+    whole array: an interval is halved where its bound at some eps exceeds ``_exact_delta_lower`` (both
+    directions; the walk steers by it, any value would be safe) at eps / (1 + PROFILE_TOL) (or
+    (1 + PROFILE_TOL) times it at eps), so that the profile stays within about PROFILE_TOL in eps of the
+    exact one; a single m is kept whatever its bound."""
     eps = np.atleast_1d(np.asarray(eps, dtype=float))
     top = (n - 1) // 2
     upper, here = np.zeros(len(eps)), np.zeros(len(eps))
     for m in range(min(EXACT_MS, top + 1)):
         lower, bound = interval_delta(n, eps0, eps, m, m)
         upper, here = np.maximum(upper, bound), np.maximum(here, lower)
-    allowed = np.maximum(here * (1 + PROFILE_TOL), _reference(n, eps0, eps / (1 + PROFILE_TOL)))
+    allowed = np.maximum(here * (1 + PROFILE_TOL), _exact_delta_lower(n, eps0, eps / (1 + PROFILE_TOL), (1, -1)))
     steer = here >= PROFILE_FLOOR
+    roomy = (here[steer] + allowed[steer]) / 2  # half the margin left, as in ``_walk``
     for direction in (1, -1):
-        roomy = (here[steer] + allowed[steer]) / 2  # half the margin left, as in ``_walk``
         upper = np.maximum(upper, _profile_walk(n, eps0, eps, direction, allowed[steer], roomy, steer))
     return upper
-
-
-def _reference(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
-    """The exact delta of the first EXACT_MS m, both directions, proved from below (the profile's walk
-    steers by it: any value would be safe)."""
-    return np.max([interval_delta(n, eps0, eps, m, m, want_upper=False)[0]
-                   for m in range(min(EXACT_MS, (n - 1) // 2 + 1))], axis=0)
 
 
 def _profile_walk(n: int, eps0: float, eps: np.ndarray, direction: int, allowed: np.ndarray, roomy: np.ndarray,
@@ -380,10 +374,11 @@ def _walk(n: int, eps0: float, eps: float, delta: float, direction: int) -> tupl
     return True, count, 0.0
 
 
-def _exact_delta_lower(n: int, eps0: float, eps: np.ndarray) -> np.ndarray:
-    """A lower bound on the exact delta at each eps: the largest over m = 0 .. EXACT_MS - 1 of the exact
-    delta_m (target 0 vs 1, the direction that dominates near m = 0), proved from below."""
-    return np.max([interval_delta(n, eps0, eps, m, m, (1,), want_upper=False)[0]
+def _exact_delta_lower(n: int, eps0: float, eps: np.ndarray, directions: tuple[int, ...] = (1,)) -> np.ndarray:
+    """A lower bound on the exact delta at each eps: the largest over m = 0 .. EXACT_MS - 1 and
+    ``directions`` of the exact delta_m (default target 0 vs 1, the direction that dominates near m = 0),
+    proved from below."""
+    return np.max([interval_delta(n, eps0, eps, m, m, directions, want_upper=False)[0]
                    for m in range(min(EXACT_MS, (n - 1) // 2 + 1))],
                   axis=0)
 
