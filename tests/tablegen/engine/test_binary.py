@@ -68,7 +68,8 @@ def test_one_interval_bounds_every_m_inside_it(n: int, beta: int, g: Fraction) -
 
 def test_the_exact_worst_case_is_not_always_m_zero_and_is_found() -> None:
     """n = 50, eps0 = 0.5, delta = 1e-9: m = 1 beats m = 0 (0.4016946 against 0.4011183, the issue's
-    oracle); here from mpmath at 50 digits: the eps at which each m's delta crosses 1e-9."""
+    oracle); here from mpmath at 50 digits: the eps at which each m's delta crosses 1e-9.  The profile that
+    composition reads is at or above m = 1's delta between the crossings, where m = 0's is below 1e-9."""
     mpmath.mp.dps = 50
     n, eps0, delta = 50, mpmath.mpf("0.5"), mpmath.mpf("1e-9")
     p = mpmath.exp(eps0) / (1 + mpmath.exp(eps0))
@@ -99,6 +100,11 @@ def test_the_exact_worst_case_is_not_always_m_zero_and_is_found() -> None:
     b = eps_bounds("krr", eps0=0.5, n=n, delta=1e-9, k=2)
     assert b.lower <= at_one <= b.upper <= at_one * 1.01
     assert b.lower > at_zero  # the lower bound found the m = 1 case
+    # the composition's profile covers m = 1 too: between the two crossings m = 0 alone is below delta
+    middle = (at_zero + at_one) / 2
+    worst = delta_m(1, mpmath.mpf(middle))
+    assert delta_m(0, mpmath.mpf(middle)) < delta < worst
+    assert binary.delta_profile(n, 0.5, np.array([middle]))[0] >= float(worst)
 
 
 @pytest.mark.parametrize(("eps0", "n", "exact"), [
