@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_lookup_device_c import C_DIR, _compile, _parts
+from test_lookup_device_c import C_DIR, _compile, _key_pair, _parts
 
 import lookup
 from lookup.device import files as device
@@ -232,17 +232,10 @@ def test_a_signature_does_not_follow_a_sigma_file_relabelled_eps0(gauss: Path, t
     """The signed message needs no axis line: the digest it signs covers the header, ``axis`` included, so
     the same file relabelled as an eps0 file (its sigma axis under ``eps0``, re-sealed) is refused with
     the genuine signature beside it, while the genuine file verifies."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     from lookup.store import signing
 
-    key = Ed25519PrivateKey.generate()
-    private, public = tmp_path / "k.pem", tmp_path / "k.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private, _ = _key_pair(tmp_path, "k")
+    public = tmp_path / "k.pub.pem"
     genuine = tmp_path / "g.dev"
     genuine.write_bytes(gauss.read_bytes())
     signing.sign(genuine, private)
