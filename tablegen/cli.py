@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from lookup.answer import gaussian as gaussian_answer
 from lookup.answer.api import parse_number as _number
 from lookup.answer.params import ascii_number_type, click_options, mechanism_option, parse_params
 from lookup.cli.extras import CommandGroup
@@ -41,6 +42,9 @@ ASCII_FLOAT, ASCII_INT = ascii_number_type(float), ascii_number_type(int)  # num
 
 SAMPLE_RATE = click.option("--sample-rate", type=str, default=None,
                            help="probability in [1e-12, 1] that each user takes part in a round (Poisson; default 1)")
+INPUTS = click.option("--inputs", type=click.Choice(gaussian_answer.INPUTS), default=None,
+                      help="gaussian: what users hold, unit x in [0, 1] (default) or bits x in {0, 1}: the same "
+                      "certified numbers (the pair (0, 1) is the worst pair, docs/soundness.md)")
 
 
 def _sample_rate(text: str | None) -> float:
@@ -90,10 +94,9 @@ def main() -> None:
 @SAMPLE_RATE
 @click.option("--sigma", type=str, default=None, help="gaussian: the noise's standard deviation, in units of the "
               "input range, in [0.2, 50]")
-@click.option("--inputs", type=click.Choice(["bits", "unit"]), default="bits", show_default=True,
-              help="gaussian: what users hold (bits x in {0, 1}; unit, x in [0, 1], is not certified yet)")
+@INPUTS
 def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str | None, eps: str | None,
-            no_lower: bool, noise_p: str | None, sample_rate: str | None, sigma: str | None, inputs: str,
+            no_lower: bool, noise_p: str | None, sample_rate: str | None, sigma: str | None, inputs: str | None,
             **raw: Any) -> None:
     """Certified eps for --delta (or certified delta for --eps), with the lower bound."""
     from tablegen.engine import delta_bounds, eps_bounds
@@ -112,6 +115,7 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
         return _compute_gaussian(mechanism, n, sigma, inputs, delta, eps, not no_lower, as_json,
                                  eps0=eps0, p=noise_p, sample_rate=sample_rate, **raw)
     try:
+        _not_gaussian(mechanism, inputs)
         if mechanism != "generic-closed-form":
             get_mechanism(mechanism)  # an unknown name first, with the closest known one
         if (delta is None) == (eps is None):
@@ -139,6 +143,12 @@ def compute(mechanism: str, n: str, as_json: bool, eps0: str | None, delta: str 
     emit(result, as_json)
 
 
+def _not_gaussian(mechanism: str, inputs: str | None) -> None:
+    """ValueError where --inputs (gaussian's) comes with another mechanism."""
+    if inputs is not None:
+        raise ValueError(f"--inputs is a parameter of mechanism 'gaussian', not of {mechanism!r}")
+
+
 def _gaussian_only(mechanism: str, others: dict[str, Any], who: str, why: str) -> None:
     """ValueError where --sigma comes with another mechanism, or gaussian with an option of the others
     (``others``: option name -> value, None where not given), named."""
@@ -149,18 +159,16 @@ def _gaussian_only(mechanism: str, others: dict[str, Any], who: str, why: str) -
         raise ValueError(f"{who} takes no --{given[0].replace('_', '-')} ({why})")
 
 
-def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, delta: str | None, eps: str | None,
-                      lower: bool, as_json: bool, **others: Any) -> None:
-    """gaussian: x + N(0, sigma^2) on bits (tablegen.engine.gaussian); the options of the other
-    mechanisms are refused by name."""
+def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str | None, delta: str | None,
+                      eps: str | None, lower: bool, as_json: bool, **others: Any) -> None:
+    """gaussian: x + N(0, sigma^2), x in [0, 1] or {0, 1}, by the analysis of bits
+    (tablegen.engine.gaussian; it answers both, docs/soundness.md); the options of the other mechanisms
+    are refused by name."""
     from tablegen.engine import gaussian
 
     try:
         _gaussian_only(mechanism, others, "mechanism 'gaussian'", "its privacy comes from --sigma, the noise's "
                        "standard deviation")
-        if inputs != "bits":
-            raise ValueError("--inputs unit is not certified yet: the pair (0, 1) is not proved the worst pair for "
-                             "inputs in [0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use --inputs bits")
         if (delta is None) == (eps is None):
             raise ValueError("give exactly one of --delta (returns eps) or --eps (returns delta)")
         if sigma is None:
@@ -174,12 +182,12 @@ def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str, de
             result = {"delta": b.upper, "delta_lower": b.lower}
     except ValueError as exc:
         _fail(exc)
-    emit({**result, "certified": True, **b.detail, "mechanism": "gaussian", "sigma": noise, "inputs": inputs,
-          "n": int(users)}, as_json)
+    emit({**result, "certified": True, **b.detail, "mechanism": "gaussian", "sigma": noise,
+          "inputs": inputs or gaussian_answer.DEFAULT_INPUTS, "n": int(users)}, as_json)
 
 
-def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, as_json: bool) -> None:
-    """The smallest certified sigma of the Gaussian on bits: one round by the engine
+def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, inputs: str | None, as_json: bool) -> None:
+    """The smallest certified sigma of the Gaussian (inputs in [0, 1] or bits: one analysis): one round by the engine
     (``tablegen.engine.gaussian.sigma_min``), T > 1 rounds composed (``compose.sigma_min``)."""
     from tablegen.compose.budget import RTOL
     from tablegen.engine import gaussian
@@ -201,7 +209,8 @@ def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, as_jso
         sys.exit(1)
     except ValueError as exc:
         _fail(exc)
-    emit({"sigma": sigma, "certified": True, "mechanism": "gaussian", "inputs": "bits", "eps": e, "delta": d,
+    emit({"sigma": sigma, "certified": True, "mechanism": "gaussian",
+          "inputs": inputs or gaussian_answer.DEFAULT_INPUTS, "eps": e, "delta": d,
           "n": int(users), "rounds": total, **found}, as_json)
 
 
@@ -234,15 +243,18 @@ def _compute_protocol(mechanism: str, n: str, noise_p: str | None, delta: str | 
 @click.option("--delta", required=True, type=str, help="target delta in (0, 1)")
 @click.option("--n", required=True, type=str, help="number of users")
 @click.option("--rounds", type=str, default=None, help="gaussian: rounds T the (eps, delta) covers (default 1)")
+@INPUTS
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def calibrate(mechanism: str, eps: str, delta: str, n: str, rounds: str | None, as_json: bool) -> None:
+def calibrate(mechanism: str, eps: str, delta: str, n: str, rounds: str | None, inputs: str | None,
+              as_json: bool) -> None:
     """Least noise certified (eps, delta)-DP: the largest p of a protocol, beside the paper's p, or the
-    smallest sigma of the Gaussian on bits (over --rounds T rounds composed)."""
+    smallest sigma of the Gaussian (over --rounds T rounds composed)."""
     from tablegen.protocols import accounting
 
     if mechanism.lower() == "gaussian":
-        return _calibrate_gaussian(eps, delta, n, rounds, as_json)
+        return _calibrate_gaussian(eps, delta, n, rounds, inputs, as_json)
     try:
+        _not_gaussian(mechanism, inputs)
         if rounds is not None:
             raise ValueError(f"calibrate of mechanism {mechanism!r} takes no --rounds (a protocol is calibrated for "
                              "one round; --rounds is for mechanism 'gaussian')")
@@ -349,15 +361,18 @@ def eps0_max_command(mechanism: str, n: str, as_json: bool, eps: str, delta: str
 @click.option("--compare", is_flag=True, help="also basic and advanced composition of the single-round eps")
 @SAMPLE_RATE
 @click.option("--sigma", type=str, default=None, help="gaussian: the noise's standard deviation, in [0.2, 50]")
+@INPUTS
 def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rounds: str | None, delta: str,
                     eps: str | None, rounds_max: bool, eps0_max: bool, compare: bool, noise_p: str | None,
-                    sample_rate: str | None, sigma: str | None, **raw: Any) -> None:
+                    sample_rate: str | None, sigma: str | None, inputs: str | None, **raw: Any) -> None:
     """Certified eps of T shuffled rounds composed (privacy-loss distributions), or the budget's inverse;
     with --sample-rate q each user takes part in each round with probability q (docs/composition.md)."""
     if mechanism == "gaussian" or sigma is not None:
-        return _compose_gaussian(mechanism, n, sigma, rounds, delta, eps, rounds_max, as_json, eps0=eps0, p=noise_p,
-                                 sample_rate=sample_rate, eps0_max=eps0_max or None, compare=compare or None, **raw)
+        return _compose_gaussian(mechanism, n, sigma, rounds, delta, eps, rounds_max, inputs, as_json, eps0=eps0,
+                                 p=noise_p, sample_rate=sample_rate, eps0_max=eps0_max or None,
+                                 compare=compare or None, **raw)
     try:
+        _not_gaussian(mechanism, inputs)
         args = _compose_arguments(mechanism, n, eps0, rounds, delta, eps, rounds_max, eps0_max, noise_p, raw)
         if sample_rate is not None:
             args["sample_rate"] = _sample_rate(sample_rate)
@@ -371,9 +386,9 @@ def compose_command(mechanism: str, n: str, as_json: bool, eps0: str | None, rou
 
 
 def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | None, delta: str, eps: str | None,
-                      rounds_max: bool, as_json: bool, **others: Any) -> None:
-    """T rounds of the shuffled Gaussian on bits (``compose.eps``), or with --rounds-max how many fit in --eps
-    (``compose.rounds_max``); the other questions and options refused by name."""
+                      rounds_max: bool, inputs: str | None, as_json: bool, **others: Any) -> None:
+    """T rounds of the shuffled Gaussian, inputs in [0, 1] or bits (``compose.eps``), or with --rounds-max
+    how many fit in --eps (``compose.rounds_max``); the other questions and options refused by name."""
     from tablegen import compose
 
     try:
@@ -398,8 +413,8 @@ def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | N
             result = {"eps": compose.gaussian_eps(sigma=noise, n=users, rounds=total, delta=d).eps, "rounds": total}
     except ValueError as exc:
         _fail(exc)
-    emit({**result, "certified": True, "mechanism": "gaussian", "inputs": "bits", "sigma": noise, "n": int(users),
-          "delta": d}, as_json)
+    emit({**result, "certified": True, "mechanism": "gaussian", "inputs": inputs or gaussian_answer.DEFAULT_INPUTS,
+          "sigma": noise, "n": int(users), "delta": d}, as_json)
 
 
 def _compose_arguments(mechanism: str, n: str, eps0: str | None, rounds: str | None, delta: str, eps: str | None,
@@ -697,13 +712,12 @@ def build_calibration(spec_path: str, out: str, progress: bool, fresh: bool) -> 
 @click.option("--per-decade", type=ASCII_INT, default=None, help="gaussian: n values per decade (default 2)")
 @click.option("--processes", type=ASCII_INT, default=1, show_default=True,
               help="gaussian: processes computing the profiles")
-@click.option("--inputs", type=click.Choice(["bits", "unit"]), default="bits", show_default=True,
-              help="gaussian: what users hold (bits only: unit is not certified yet)")
+@INPUTS
 @click.option("--out", required=True, help="device file to write")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
 def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_max: str | None, delta: str | None,
            max_slack: str | None, no_lower: bool, cut: bool, table: str | None, sigma: str | None,
-           per_decade: int | None, processes: int, inputs: str, out: str, as_json: bool, **raw: Any) -> None:
+           per_decade: int | None, processes: int, inputs: str | None, out: str, as_json: bool, **raw: Any) -> None:
     """Write the device file of one deployment: computed with the slice engine at its eps0 and
     deltas exactly, n from --n-min to --n-max spaced so that two stored n are within --max-slack
     (float32, eps rounded up, lower bounds down); or, with --cut/--table, one family of a table
@@ -728,14 +742,15 @@ def export(device: bool, mechanism: str, eps0: str | None, n_min: str | None, n_
             for name, value, top in (("per_decade", per_decade, 50), ("processes", processes, 64)):
                 if value is not None and not 1 <= value <= top:
                     raise ValueError(f"--{name.replace('_', '-')} must be an integer in [1, {top}], got {value}")
-            if inputs != "bits" or sigma is None or delta is None:
-                raise ValueError("export of mechanism 'gaussian' needs --sigma and --delta (comma-separated values), "
-                                 "and --inputs bits (unit is not certified yet)")
+            if sigma is None or delta is None:  # its one row, inputs bits, answers both inputs (docs/device-format.md)
+                raise ValueError("export of mechanism 'gaussian' needs --sigma and --delta (comma-separated values)")
             result = export_gaussian(out, sigma=numbers("sigma", sigma) or [], delta=numbers("delta", delta) or [],
                                      n_min=1e3 if low is None else low, n_max=1e6 if high is None else high,
                                      lower=not no_lower, per_decade=per_decade or GAUSSIAN_PER_DECADE,
                                      workers=processes,
                                      log=lambda line: click.echo(line, err=True))
+        elif inputs is not None:
+            _not_gaussian(mechanism, inputs)
         elif per_decade is not None or processes != 1:
             raise ValueError("--per-decade and --processes are for mechanism 'gaussian' (another mechanism's n axis "
                              "is refined to --max-slack)")

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from lookup.answer.gaussian import ANALYSED
 from lookup.device.files import digest_in, encode
 from lookup.format import FORMAT, FORMAT_AXIS, SIGMA_MAX, SIGMA_MIN, canonical_params
 from lookup.store.table import Table, open_table
@@ -396,7 +397,7 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
 
 # ------------------------------------------------------------------ the shuffled Gaussian, over a sigma axis
 
-GAUSSIAN_ROW = {"inputs": "bits"}  # the only inputs certified (lookup/answer/gaussian.py)
+GAUSSIAN_ROW = {"inputs": ANALYSED}  # the one row: it answers inputs unit and bits (lookup/answer/gaussian.py)
 GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, about sqrt(10) apart, then n_max (0.1-11 s a profile, no refinement)
 
 
@@ -486,7 +487,7 @@ def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[
     }
     header_bytes, path = _write(out, header, upper, lows)
     slack, where, excess = worst_slack(upper)
-    label = "gaussian inputs=bits"
+    label = f"gaussian inputs={ANALYSED}"
     return {
         "file": str(path), "bytes": path.stat().st_size, "header_bytes": header_bytes, "computed": True,
         "rows": [label], "shape": list(upper.shape), **axes,

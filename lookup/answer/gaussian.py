@@ -1,4 +1,4 @@
-"""The shuffled Gaussian on bits (``gaussian``: each user reports x + N(0, sigma^2), x in {0, 1}), live.
+"""The shuffled Gaussian (``gaussian``: each user reports x + N(0, sigma^2), x in [0, 1] or in {0, 1}).
 
 It is not an eps0-LDP randomizer: it has no eps0, it is not in the engine's registry and the zarr
 tables have no rows of it, so ``lookup.eps`` and ``lookup.delta`` hand it here (``lookup/answer/api.py``).
@@ -10,9 +10,10 @@ and its slack is within max_slack or nothing live can answer (``device_file``, `
 ``lookup/answer/live.py`` caches live answers; T rounds composed (``rounds``) are
 ``tablegen.compose.gaussian_eps``'s (the ``compose`` extra), cached as composed answers are.  Its
 parameters have the names of ``tablegen compute``: ``sigma``, the noise's standard deviation in
-units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``bits`` (the default), or
-``unit`` (x in [0, 1]), refused until the pair (0, 1) is proved the worst pair for it
-(docs/soundness.md, "Shuffled Gaussian").
+units of the input range, in [SIGMA_MIN, SIGMA_MAX], and ``inputs``: ``unit`` (x in [0, 1], the
+default) or ``bits`` (x in {0, 1}).  Both are answered by the analysis of bits (``ANALYSED``): the pair
+(0, 1) is the worst pair of the blanket bound for inputs in [0, 1], and datasets of bits are datasets
+of [0, 1], so its lower bounds hold for both (docs/soundness.md, "The worst pair of inputs in [0, 1]").
 """
 
 from __future__ import annotations
@@ -26,23 +27,22 @@ from lookup.format import SIGMA_MAX, SIGMA_MIN
 
 NAME = "gaussian"
 PARAMS = ("sigma", "inputs")  # its parameters (no other mechanism takes them)
-INPUTS = ("bits", "unit")
-DEFAULT_INPUTS = "bits"
+INPUTS = ("unit", "bits")
+DEFAULT_INPUTS = "unit"
+ANALYSED = "bits"  # the inputs of the engine's analysis and of the sigma files' row: it answers both INPUTS
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
 SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
 NOT_TAKEN = ("eps0", "sample_rate")  # numbers the other mechanisms take and gaussian refuses (the page hides them)
-UNIT_REFUSED = ("inputs=unit is not certified yet: the pair (0, 1) is not proved the worst pair for inputs in "
-                "[0, 1] (docs/soundness.md, 'Shuffled Gaussian'); use inputs=bits (the default)")
 
 
 def page_params() -> list[dict[str, Any]]:
     """gaussian's parameters as the page's form lists a mechanism's (lookup/service/page.py): sigma,
-    required, in place of eps0 (``replaces``); ``inputs`` fixed at bits (``fixed``: stated, not asked),
-    its help saying why unit is not offered."""
+    required, in place of eps0 (``replaces``); ``inputs`` fixed at unit (``fixed``: stated, not asked),
+    its help saying why bits needs no question of its own."""
     return [{"name": "sigma", "help": f"the noise's standard deviation, in units of the input range, in {SIGMA_RANGE}",
              "default": None, "required": True, "replaces": "eps0"},
-            {"name": "inputs", "help": "each user holds a bit x in {0, 1}; unit (x in [0, 1]) is not offered: the "
-             "pair (0, 1) is not proved the worst pair for it", "default": DEFAULT_INPUTS, "required": False,
+            {"name": "inputs", "help": "each user holds x in [0, 1]; bits (x in {0, 1}) get the same certified "
+             "numbers: the pair (0, 1) is the worst pair", "default": DEFAULT_INPUTS, "required": False,
              "fixed": True}]
 
 
@@ -54,10 +54,10 @@ def foreign(mechanism: str, params: dict[str, Any]) -> None:
 
 
 def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
-    """The ``inputs`` of a gaussian question (``bits``), after refusing, by name, what it does not
-    take: eps0_max, ``others`` given (eps0, sample_rate: not None; rounds is taken), another mechanism's
-    parameters, ``inputs`` other than bits, and a missing sigma (its range is ``DOMAIN``'s check in
-    lookup/answer/api.py, with the other numbers)."""
+    """The inputs whose analysis answers a gaussian question (``ANALYSED`` for both ``INPUTS``), after
+    refusing, by name, what it does not take: eps0_max, ``others`` given (eps0, sample_rate: not None;
+    rounds is taken), another mechanism's parameters, ``inputs`` not in INPUTS, and a missing sigma (its
+    range is ``DOMAIN``'s check in lookup/answer/api.py, with the other numbers)."""
     if kind == "eps0_max":
         raise ValueError(f"mechanism {NAME!r} has no eps0 (it is not an eps0-LDP randomizer): eps0_max is not "
                          "answered for it (the smallest sigma for a target eps is not answered yet)")
@@ -73,12 +73,10 @@ def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
     inputs = DEFAULT_INPUTS if params.get("inputs") is None else params["inputs"]
     if inputs not in INPUTS:
         raise ValueError(f"inputs must be one of {', '.join(INPUTS)} (what each user holds), got inputs={inputs!r}")
-    if inputs != "bits":
-        raise ValueError(UNIT_REFUSED)
     if params.get("sigma") is None:
         raise ValueError(f"mechanism {NAME!r} needs sigma, the noise's standard deviation in units of the input "
                          f"range, in {SIGMA_RANGE}")
-    return inputs
+    return ANALYSED
 
 
 _DEVICE: dict[tuple[str, float, str], Any] = {}  # sigma device files read, by (path, mtime, inputs)

@@ -5,7 +5,7 @@ the application is built and served from memory: no CDN, nothing fetched from ou
 The page computes nothing; its script asks the JSON API as any client does.  The form lists the
 mechanisms of the registry the API validates with (without the engine: the table's rows, their
 parameters described by ``lookup.answer.params.HELP``), and with the engine ``gaussian``
-(``lookup/answer/gaussian.py``: sigma in place of eps0, inputs fixed at bits, no sample_rate: the
+(``lookup/answer/gaussian.py``: sigma in place of eps0, inputs fixed at unit, no sample_rate: the
 fields it does not take are hidden, ``without``).  What the page shows and why: docs/page.md.
 """
 

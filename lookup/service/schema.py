@@ -49,8 +49,9 @@ COMPOSED = {  # /v1/eps only (sample_rate without rounds: a 400)
 GAUSSIAN = {  # gaussian's parameters (lookup/answer/gaussian.py), answered live
     "sigma": {"type": "number", "minimum": gaussian.SIGMA_MIN, "maximum": gaussian.SIGMA_MAX,
               "description": "gaussian: the noise's standard deviation, in units of the input range"},
-    "inputs": {"type": "string", "enum": ["bits"], "description": "gaussian: what users hold, bits x in {0, 1} "
-               "(the default; unit, x in [0, 1], is not certified yet)"},
+    "inputs": {"type": "string", "enum": list(gaussian.INPUTS), "description": "gaussian: what users hold, unit "
+               "x in [0, 1] (the default) or bits x in {0, 1}: the same certified numbers (the pair (0, 1) is the "
+               "worst pair)"},
 }
 NULLABLE = {"type": ["number", "null"]}
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}

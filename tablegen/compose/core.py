@@ -167,7 +167,9 @@ def _checked(rounds: Sequence[Round]) -> list[Round]:
 
 def _gaussian_params(r: Round) -> dict[str, float]:
     """A Gaussian round's params, {"sigma": sigma} with sigma in the engine's range (``inputs`` may be
-    "bits", the only domain certified); ValueError naming what it may not have."""
+    "unit" or "bits": one analysis answers both, lookup/answer/gaussian.py); ValueError naming what it
+    may not have."""
+    from lookup.answer.gaussian import INPUTS
     from tablegen.mechanisms import gaussian as law
 
     why = "its privacy comes from sigma, the noise's standard deviation"
@@ -179,9 +181,9 @@ def _gaussian_params(r: Round) -> dict[str, float]:
     others = sorted(set(r.params) - {"sigma", "inputs"})
     if others:
         raise ValueError(f"a gaussian round takes no {others[0]} ({why}); its parameters are sigma and inputs")
-    if r.params.get("inputs", "bits") != "bits":
-        raise ValueError(f"a gaussian round answers inputs 'bits' only (x in [0, 1] is not certified yet: "
-                         f"docs/soundness.md, 'Shuffled Gaussian'), got inputs={r.params['inputs']!r}")
+    if r.params.get("inputs", INPUTS[0]) not in INPUTS:
+        raise ValueError(f"a gaussian round's inputs must be one of {', '.join(INPUTS)} (what each user holds), "
+                         f"got inputs={r.params['inputs']!r}")
     if "sigma" not in r.params:
         raise ValueError("a gaussian round needs sigma, the noise's standard deviation")
     return {"sigma": law.check_sigma(r.params["sigma"])}

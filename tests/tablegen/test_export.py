@@ -214,7 +214,7 @@ def test_gaussian_export_stores_the_engine_value(tmp_path: Path) -> None:
     assert device.value(0, 0, 0, 0) == want and math.isnan(device.lower[0])
     assert engine.lower <= want <= engine.upper * 1.05
     assert device.eps_sigma({"inputs": "bits"}, 3.0, 2e4, 1e-5) == device.value(0, 0, 0, 0)
-    for extra, word in ((["--eps0", "1"], "--eps0"), (["--k", "3"], "--k"), (["--inputs", "unit"], "unit")):
+    for extra, word in ((["--eps0", "1"], "--eps0"), (["--k", "3"], "--k"), (["--inputs", "reals"], "reals")):
         refused = CliRunner().invoke(tablegen_main, [*args, *extra])
         assert refused.exit_code == 2 and word in refused.output, refused.output
     for sigma in ("0.1", "51"):

@@ -104,7 +104,7 @@
     const params = document.getElementById("params");
     params.replaceChildren();
     for (const p of DATA.mechanisms[input(ask, "mechanism").value] || []) {
-      if (p.fixed) {  // stated, not asked (gaussian's inputs = bits), with why no other value is offered
+      if (p.fixed) {  // stated, not asked (gaussian's inputs = unit), with why no other value is offered
         params.append(el("p", {class: "fixed", "data-field": p.name}, `${p.name} = ${p.default} `,
           el("small", {}, p.help)));
         continue;

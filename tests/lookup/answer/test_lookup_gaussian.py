@@ -54,6 +54,17 @@ def test_delta_is_the_engines(sigma: float, n: int, eps: float) -> None:
     assert a.source == "live" and a.slack == 0.0 and 0 <= a.lower <= a.value < 1
 
 
+def test_inputs_unit_and_bits_are_answered_alike() -> None:
+    """One analysis answers both (docs/soundness.md, "The worst pair of inputs in [0, 1]"): the same
+    numbers live and from the shipped sigma file, for eps and delta, unit the default."""
+    for kwargs in ({"max_slack": 0.0}, {"live": False}):
+        got = [lookup.eps("gaussian", n=5000, delta=1e-7, sigma=1.5, **kwargs, **given)
+               for given in ({}, {"inputs": "unit"}, {"inputs": "bits"})]
+        assert len({(a.value, a.lower, a.source) for a in got}) == 1
+    got = [lookup.delta("gaussian", n=5000, eps=0.1, sigma=1.5, inputs=inputs) for inputs in ("unit", "bits")]
+    assert got[0].value == got[1].value and got[0].lower == got[1].lower
+
+
 def test_eps_decreases_with_n() -> None:
     ns = [10, 10**3, 10**5, 10**7]
     a = lookup.eps("gaussian", n=ns, delta=1e-6, sigma=1.0)
@@ -135,8 +146,7 @@ REFUSED = [
     ({"sigma": [1.0, 0.0]}, "sigma must be in [0.2, 50]"),
     ({"sigma": True}, "sigma must be a number"),
     ({"sigma": "1e-\u09ea"}, "ASCII digits"),
-    ({"sigma": 1.0, "inputs": "unit"}, "inputs=unit is not certified yet"),
-    ({"sigma": 1.0, "inputs": "reals"}, "inputs must be one of bits, unit"),
+    ({"sigma": 1.0, "inputs": "reals"}, "inputs must be one of unit, bits"),
     ({"sigma": 1.0, "rounds": 10, "sample_rate": 0.1}, "sample_rate is not supported for mechanism 'gaussian' yet"),
     ({"sigma": 1.0, "rounds": 0}, "rounds must be an integer in [1, 1000000], got rounds=0"),
     ({"sigma": 1.0, "rounds": 2.5}, "rounds must be an integer in [1, 1000000]"),

@@ -687,10 +687,10 @@ def test_gaussian_is_asked_by_sigma_without_eps0(browser: Any, base: str) -> Non
     for name in ("eps0", "sample_rate"):
         assert not browser.find_element(By.CSS_SELECTOR, f"#ask [name={name}]").is_displayed()
     fixed = browser.find_element(By.CSS_SELECTOR, "#params .fixed[data-field=inputs]").text
-    assert fixed.startswith("inputs = bits") and "unit (x in [0, 1]) is not offered" in fixed
+    assert fixed.startswith("inputs = unit") and "bits (x in {0, 1}) get the same certified numbers" in fixed
     sent = urllib.parse.parse_qs(urllib.parse.urlsplit(browser.find_element(By.ID, "api-link").get_attribute(
         "href")).query)
-    assert set(sent) == set(GAUSSIAN)  # no eps0, no inputs (bits, the API's default)
+    assert set(sent) == set(GAUSSIAN)  # no eps0, no inputs (unit, the API's default)
     assert browser.find_element(By.ID, "asked").text == (
         "Answer to: ε at δ, gaussian sigma=1, n = 1000, delta = 0.000001")  # as the server parsed it
     assert f"(the exact ε is at least {shown['eps_lower']})" in browser.find_element(By.ID, "headline").text

@@ -139,7 +139,7 @@ def test_calibrate_cli_with_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     (lambda: compose.Round.gaussian(0.1, 100), "sigma must be a number in [0.2, 50]"),
     (lambda: compose.Round("gaussian", None, 100, {"sigma": 1.0, "k": 2}), "takes no k"),
     (lambda: compose.Round("gaussian", None, 100, {}), "needs sigma"),
-    (lambda: compose.Round("gaussian", None, 100, {"sigma": 1.0, "inputs": "unit"}), "inputs 'bits' only"),
+    (lambda: compose.Round("gaussian", None, 100, {"sigma": 1.0, "inputs": "reals"}), "one of unit, bits"),
     (lambda: compose.Round("gaussian", None, 100, {"sigma": 1.0}, sample_rate=0.5), "takes no sample_rate"),
     (lambda: compose.Round.gaussian(1.0, 0), "n must be an integer"),
     (lambda: compose.Round("krr", None, 100, {"k": 2}), "needs eps0"),

@@ -153,13 +153,21 @@ def test_more_users_and_more_noise_never_raise_eps() -> None:
     assert by_sigma == sorted(by_sigma, reverse=True)
 
 
-def test_the_cli_answers_bits_and_refuses_what_is_not_certified() -> None:
+def test_the_cli_answers_both_inputs_alike_and_refuses_what_is_not_certified() -> None:
+    """unit (the default) and bits: one analysis, the same numbers (docs/soundness.md, the worst pair)."""
     runner = CliRunner()
-    ok = runner.invoke(main, ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6",
-                              "--json"])
-    assert ok.exit_code == 0, ok.output
-    assert '"certified": true' in ok.output and '"inputs": "bits"' in ok.output
-    for extra, word in [(["--inputs", "unit"], "not certified yet"), (["--eps0", "1"], "--eps0"),
+    base = ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6", "--json"]
+    answers = {}
+    for extra in ([], ["--inputs", "unit"], ["--inputs", "bits"]):
+        ok = runner.invoke(main, [*base, *extra])
+        assert ok.exit_code == 0, ok.output
+        answers[tuple(extra)] = json.loads(ok.output)
+    assert [a["inputs"] for a in answers.values()] == ["unit", "unit", "bits"]
+    assert len({(a["eps"], a["eps_lower"], a["certified"]) for a in answers.values()}) == 1
+    refused = runner.invoke(main, ["compute", "--mechanism", "krr", "--k", "3", "--eps0", "1", "--n", "1e4",
+                                   "--delta", "1e-6", "--inputs", "unit"])
+    assert refused.exit_code == 2 and "--inputs is a parameter of mechanism 'gaussian'" in refused.output
+    for extra, word in [(["--inputs", "reals"], "'reals' is not one of"), (["--eps0", "1"], "--eps0"),
                         (["--sigma", "0.1"], "sigma must be")]:
         args = ["compute", "--mechanism", "gaussian", "--sigma", "1", "--n", "1e4", "--delta", "1e-6", *extra]
         out = runner.invoke(main, args)
