@@ -30,7 +30,8 @@ from tablegen.decomposition import Decomposition
 
 CELLS = 80  # cells of t = log u per half of the blanket (4 CELLS + 3 components: the spectral path's size)
 LOWER_CELLS = 160  # cells of t per exact pair (lower bound)
-LOWER_CLIP = 14.0  # the exact pairs' cells of t stop at this |t| (their end cells are infinite)
+LOWER_CLIPS = (14.0, 8.0, 6.0)  # the exact pairs' cells of t stop at |t| = one of these (end cells infinite):
+# the spectral lower path declines the far ones where n is large (sigma 0.5, n 1e9: clip 14 beyond eps 1e-4)
 # relative error bound assumed of scipy's ndtr / log_ndtr and of one exp or expm1 (tested against mpmath
 # down to 1e-290 in tests/tablegen/test_gaussian.py); ``normal_mass_with_error`` builds on it
 NORMAL_RTOL = 16 * UNIT_ROUNDOFF
@@ -150,14 +151,20 @@ def exp_with_error(log_value: np.ndarray | float) -> tuple[np.ndarray, np.ndarra
         return np.exp(x), np.where(np.isneginf(x), 0.0, NORMAL_RTOL * (np.abs(x) + 3) * 2)
 
 
-def exact_pairs(sigma: float, cells: int = LOWER_CELLS) -> list[Decomposition]:
+def pair_clips(sigma: float) -> tuple[float, ...]:
+    """The distinct ends T of the exact pairs' cells of t over LOWER_CLIPS, farthest first."""
+    return tuple(dict.fromkeys(min(12.0 / sigma + 0.5 / (sigma * sigma), clip) for clip in LOWER_CLIPS))
+
+
+def exact_pairs(sigma: float, cells: int = LOWER_CELLS, clip: float = LOWER_CLIPS[0]) -> list[Decomposition]:
     """The pair "other users at 0, the target 1 or 0" in both directions (Theorem 5 with x2 = 0):
     c = phi(y), u = e^t, v = 1 (target 1 against 0) and u = 1, v = e^t, t = (2y - 1) / (2 sigma^2).
-    Each cell of t (``cells`` equal ones on [-T, T], T = min(12 sd of t, LOWER_CLIP), and the two
-    infinite ends) is contracted to its conditional mean, u pushed down (and capped at e^T: G only
-    falls) and v pushed up (conditional Jensen: a lower bound); the weights sum to one up to rounding."""
+    Each cell of t (``cells`` equal ones on [-T, T] and the two
+    infinite ends; T = min(12 sd of t, ``clip``)) is contracted to its conditional mean, u pushed down (and
+    capped at e^T: G only falls) and v pushed up (conditional Jensen: a lower bound whatever the cells);
+    the weights sum to one up to rounding."""
     s2 = sigma * sigma
-    spread = min(12.0 / sigma + 0.5 / s2, LOWER_CLIP)
+    spread = min(12.0 / sigma + 0.5 / s2, clip)
     y = 0.5 + s2 * np.linspace(-spread, spread, cells + 1)
     ends = np.concatenate([[-np.inf], y, [np.inf]])
     c, c_err = normal_mass_with_error(ends[:-1] / sigma, ends[1:] / sigma)
