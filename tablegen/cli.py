@@ -43,8 +43,7 @@ ASCII_FLOAT, ASCII_INT = ascii_number_type(float), ascii_number_type(int)  # num
 SAMPLE_RATE = click.option("--sample-rate", type=str, default=None,
                            help="probability in [1e-12, 1] that each user takes part in a round (Poisson; default 1)")
 INPUTS = click.option("--inputs", type=click.Choice(gaussian_answer.INPUTS), default=None,
-                      help="gaussian: what users hold, unit x in [0, 1] (default) or bits x in {0, 1}: the same "
-                      "certified numbers (the pair (0, 1) is the worst pair, docs/soundness.md)")
+                      help=gaussian_answer.INPUTS_HELP)
 
 
 def _sample_rate(text: str | None) -> float:

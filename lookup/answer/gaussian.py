@@ -30,6 +30,8 @@ PARAMS = ("sigma", "inputs")  # its parameters (no other mechanism takes them)
 INPUTS = ("unit", "bits")
 DEFAULT_INPUTS = "unit"
 ANALYSED = "bits"  # the inputs of the engine's analysis and of the sigma files' row: it answers both INPUTS
+INPUTS_HELP = ("gaussian: what users hold, unit x in [0, 1] (the default) or bits x in {0, 1}: the same certified "
+               "numbers (the pair (0, 1) is the worst pair, docs/soundness.md)")  # --inputs of both CLIs
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
 SIGMA_ALLOWED = f"in {SIGMA_RANGE} (the noise's standard deviation, in units of the input range)"  # api.DOMAIN
 NOT_TAKEN = ("eps0", "sample_rate")  # numbers the other mechanisms take and gaussian refuses (the page hides them)

@@ -68,9 +68,7 @@ def gaussian_options(func: Any) -> Any:
                      "for gaussian)"),
         click.option("--sigma", type=str, default=None, help=f"gaussian: the noise's standard deviation, in units of "
                      f"the input range, in {gaussian.SIGMA_RANGE} (answered live)"),
-        click.option("--inputs", type=click.Choice(gaussian.INPUTS), default=None,
-                     help="gaussian: what users hold (bits x in {0, 1}, the default; unit, x in [0, 1], is not "
-                          "certified yet)"),
+        click.option("--inputs", type=click.Choice(gaussian.INPUTS), default=None, help=gaussian.INPUTS_HELP),
     ]
     for option in reversed(options):
         func = option(func)
