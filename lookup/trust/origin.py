@@ -28,7 +28,7 @@ from lookup.format import SIGNATURE, SIGNED_TABLE, TableError, listing_digest  #
 PINNED = {
     "bf90a689472f1ac4fd932f06034bc77f3d8a57af6046e75f0b1a6f0ae6d61a89": "default.zarr",
     "0bb439e405e03dcceea7b7c634920f028e41559636f8de33df24c581592e25d1": "protocols.zarr",
-    "3f6b85ef51a127695245b6a42210edb948e791d29a221e347c9d12d05532e340": "gaussian.sheps",  # the device file's
+    "29d01def857aaf085834d0ea8cbb912cff28dfbcfbc8fe1c104cb0c99bec24d6": "gaussian.sheps",  # the device file's
     # header SHA-256 (lookup.device.files: it seals the header and the payload)
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
