@@ -1,4 +1,4 @@
-"""The shuffled Gaussian on bits (docs/soundness.md, "Shuffled Gaussian on bits"; tablegen/engine/gaussian.py).
+"""The shuffled Gaussian, inputs in [0, 1] or bits (docs/soundness.md; tablegen/engine/gaussian.py).
 
 Parts (``python -m bench gaussian [--only PART ...] [--quick]``):
 
