@@ -98,7 +98,7 @@ def part_file(quick: bool) -> None:
     device = read_device(str(shipped_table(answers.SHIPPED)))
     start = time.perf_counter()
     for sigma, n, delta in queries * 50:
-        device.eps_sigma({"inputs": "bits"}, sigma, n, delta)
+        device.eps_sigma(answers.ROW, sigma, n, delta)
     micro = (time.perf_counter() - start) / (50 * len(queries)) * 1e6
     q = np.percentile(ratios, [25, 50, 75])
     print(f"## the shipped sigma file against the live engine ({len(queries)} random queries, seed 7)\n")

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from lookup.answer.gaussian import ANALYSED
+from lookup.answer.gaussian import ANALYSED, ROW
 from lookup.device.files import digest_in, encode
 from lookup.format import FORMAT, FORMAT_AXIS, SIGMA_MAX, SIGMA_MIN, canonical_params
 from lookup.store.table import Table, open_table
@@ -397,7 +397,6 @@ def export_deployment(out: str | Path, family: str, params: dict[str, Any], *, e
 
 # ------------------------------------------------------------------ the shuffled Gaussian, over a sigma axis
 
-GAUSSIAN_ROW = {"inputs": ANALYSED}  # the one row: it answers inputs unit and bits (lookup/answer/gaussian.py)
 GAUSSIAN_PER_DECADE = 2  # its n axis: n_min, about sqrt(10) apart, then n_max (0.1-11 s a profile, no refinement)
 
 
@@ -474,7 +473,7 @@ def export_gaussian(out: str | Path, *, sigma: Sequence[float], delta: Sequence[
         "format": FORMAT_AXIS,
         "axis": "sigma",
         "family": "gaussian",
-        "rows": [GAUSSIAN_ROW],
+        "rows": [ROW],
         **axes,
         "shape": list(upper.shape),
         "dtype": "<f4",

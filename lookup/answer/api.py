@@ -370,16 +370,16 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
     ``max_slack`` or nothing live can do better (source "table"), every other query live (arrays broadcast,
     sigma with them: certified, slack 0); no grid corner; what it does not take refused by name, and
     without live computation a ``TableError`` where no file answers."""
-    inputs = gaussian.checked(kind, params, others)
+    gaussian.checked(kind, params, others)
     shape, flat = _broadcast({"sigma": params["sigma"], **args})
-    device = gaussian.device_file(table, inputs) if kind == "eps" else None
+    device = gaussian.device_file(table) if kind == "eps" else None
     can_live = live and live_engine.available()
     size = math.prod(shape)
     value, lower = np.full(size, np.nan), np.full(size, np.nan)
     source, slack, edge = np.full(size, "live", SOURCE), np.zeros(size), np.zeros(size, bool)
     for i in range(size):
         point = {k: float(v[i]) for k, v in flat.items()}
-        stored = None if device is None else gaussian.device_eps(device, point, inputs)
+        stored = None if device is None else gaussian.device_eps(device, point)
         if stored is not None and (not can_live or max_slack is None or stored[2] <= max_slack):
             (value[i], lower[i], slack[i]), source[i] = stored, "table"
         elif not can_live:
@@ -388,7 +388,7 @@ def _gaussian(kind: str, live: bool, params: dict[str, Any], others: dict[str, A
                             f"delta={point['delta']:g}")
             raise TableError(gaussian.no_live(live) if missing is None else gaussian.no_live(live, missing))
         else:
-            value[i], lower[i] = gaussian.bounds(kind, point, inputs)
+            value[i], lower[i] = gaussian.bounds(kind, point)
     return Answer(*(_shaped(a, shape) for a in (value, lower, source)), {}, _shaped(slack, shape),
                   _shaped(edge, shape), _shaped(~edge, shape))
 
@@ -398,7 +398,7 @@ def _gaussian_composed(live: bool, params: dict[str, Any], others: dict[str, Any
     """``eps("gaussian", ..., rounds=T)``: one scalar query, T rounds composed live
     (``gaussian.composed``), labelled as every composed answer (source live, no lower bound, slack
     and corner unknown); refused as ``_gaussian`` refuses, rounds checked by ``tablegen.compose``."""
-    inputs = gaussian.checked("eps", params, others)
+    gaussian.checked("eps", params, others)
     if any(np.ndim(v) for v in (params["sigma"], *args.values(), rounds)):
         raise ValueError("rounds takes scalar sigma, n, delta and rounds (one query at a time)")
     _, flat = _broadcast({"sigma": params["sigma"], **args})
@@ -409,7 +409,7 @@ def _gaussian_composed(live: bool, params: dict[str, Any], others: dict[str, Any
     point = {**{k: float(v[0]) for k, v in flat.items()}, "rounds": checked_rounds(rounds)}
     if not live:
         raise TableError(gaussian.no_live(live))
-    return Answer(gaussian.composed(point, inputs), math.nan, "live", {}, math.nan, False, True)
+    return Answer(gaussian.composed(point), math.nan, "live", {}, math.nan, False, True)
 
 
 def _shaped(a: np.ndarray, shape: tuple[int, ...]) -> Any:

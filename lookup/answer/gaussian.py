@@ -30,6 +30,7 @@ PARAMS = ("sigma", "inputs")  # its parameters (no other mechanism takes them)
 INPUTS = ("unit", "bits")
 DEFAULT_INPUTS = "unit"
 ANALYSED = "bits"  # the inputs of the engine's analysis and of the sigma files' row: it answers both INPUTS
+ROW = {"inputs": ANALYSED}  # that row, as sigma files and the answer caches name it
 INPUTS_HELP = ("gaussian: what users hold, unit x in [0, 1] (the default) or bits x in {0, 1}: the same certified "
                "numbers (the pair (0, 1) is the worst pair, docs/soundness.md)")  # --inputs of both CLIs
 SIGMA_RANGE = f"[{SIGMA_MIN:g}, {SIGMA_MAX:g}]"
@@ -55,11 +56,11 @@ def foreign(mechanism: str, params: dict[str, Any]) -> None:
         raise ValueError(f"{given[0]} is a parameter of mechanism {NAME!r}, not of {mechanism!r}")
 
 
-def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
-    """The inputs whose analysis answers a gaussian question (``ANALYSED`` for both ``INPUTS``), after
-    refusing, by name, what it does not take: eps0_max, ``others`` given (eps0, sample_rate: not None;
-    rounds is taken), another mechanism's parameters, ``inputs`` not in INPUTS, and a missing sigma (its
-    range is ``DOMAIN``'s check in lookup/answer/api.py, with the other numbers)."""
+def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> None:
+    """Refuses, by name, what a gaussian question does not take: eps0_max, ``others`` given (eps0,
+    sample_rate: not None; rounds is taken), another mechanism's parameters, ``inputs`` not in INPUTS
+    (``checked_inputs``; both are answered by ``ROW``), and a missing sigma (its range is ``DOMAIN``'s
+    check in lookup/answer/api.py, with the other numbers)."""
     if kind == "eps0_max":
         raise ValueError(f"mechanism {NAME!r} has no eps0 (it is not an eps0-LDP randomizer): eps0_max is not "
                          "answered for it (the smallest sigma for a target eps is not answered yet)")
@@ -72,24 +73,29 @@ def checked(kind: str, params: dict[str, Any], others: dict[str, Any]) -> str:
     extra = sorted(name for name, value in params.items() if name not in PARAMS and value is not None)
     if extra:
         raise ValueError(f"mechanism {NAME!r} takes no {extra[0]} (its parameters: sigma, inputs)")
-    inputs = DEFAULT_INPUTS if params.get("inputs") is None else params["inputs"]
-    if inputs not in INPUTS:
-        raise ValueError(f"inputs must be one of {', '.join(INPUTS)} (what each user holds), got inputs={inputs!r}")
+    checked_inputs(params.get("inputs"))
     if params.get("sigma") is None:
         raise ValueError(f"mechanism {NAME!r} needs sigma, the noise's standard deviation in units of the input "
                          f"range, in {SIGMA_RANGE}")
-    return ANALYSED
 
 
-_DEVICE: dict[tuple[str, float, str], Any] = {}  # sigma device files read, by (path, mtime, inputs)
+def checked_inputs(inputs: Any) -> str:
+    """``inputs`` (DEFAULT_INPUTS where None), ValueError naming it where it is not one of INPUTS."""
+    inputs = DEFAULT_INPUTS if inputs is None else inputs
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {', '.join(INPUTS)} (what each user holds), got inputs={inputs!r}")
+    return inputs
+
+
+_DEVICE: dict[tuple[str, float], Any] = {}  # sigma device files read, by (path, mtime)
 
 
 SHIPPED = "gaussian.sheps"  # the shipped sigma file (data/, or lookup/_data/ in a wheel): docs/tables.md
 
 
-def device_file(table: Any, inputs: str) -> Any:
+def device_file(table: Any) -> Any:
     """The sigma device file (``lookup.device.DeviceTable``) that answers gaussian for ``table``, read as
-    the gaussian row of ``inputs`` with its trust checks (``read_device``: shipped, built here, or
+    its gaussian row ``ROW`` with its trust checks (``read_device``: shipped, built here, or
     signed by a trusted key): ``table`` itself where it is a path to a sigma file; the shipped one
     (``SHIPPED``) where ``table`` is None or a path to anything else (a table store, an eps0 device
     file: they have no gaussian rows); None where ``table`` is an opened ``Table`` (the service's,
@@ -108,9 +114,9 @@ def device_file(table: Any, inputs: str) -> Any:
         try:
             if axis_of(read_header(path)) != "sigma":
                 continue
-            key = (path, os.stat(path).st_mtime, inputs)
+            key = (path, os.stat(path).st_mtime)
             if key not in _DEVICE:
-                _DEVICE[key] = read_device(path, expect=(NAME, {"inputs": inputs}))
+                _DEVICE[key] = read_device(path, expect=(NAME, ROW))
         except DeviceFileError as err:
             if "bad magic" in str(err):  # not a device file: a table's own error path refuses it
                 continue
@@ -119,19 +125,18 @@ def device_file(table: Any, inputs: str) -> Any:
     return None
 
 
-def device_eps(device: Any, point: dict[str, float], inputs: str) -> tuple[float, float, float] | None:
+def device_eps(device: Any, point: dict[str, float]) -> tuple[float, float, float] | None:
     """(certified eps, lower bound, slack) of the sigma device file ``device`` at ``point`` (sigma, n, delta):
     sigma and n rounded down and the delta chord for the eps (``DeviceTable.eps_sigma``), all three rounded
     up for the lower bound (``DeviceTable.sigma_lower``), the slack their ratio less 1 (NaN without a lower
     bound); None where the file does not cover the query."""
-    row = {"inputs": inputs}
     try:
-        value = device.eps_sigma(row, point["sigma"], point["n"], point["delta"])
+        value = device.eps_sigma(ROW, point["sigma"], point["n"], point["delta"])
     except ValueError as err:
         if "does not cover" in str(err):
             return None
         raise
-    lower = device.sigma_lower(row, point["sigma"], point["n"], point["delta"])
+    lower = device.sigma_lower(ROW, point["sigma"], point["n"], point["delta"])
     return value, lower, value / lower - 1 if lower > 0 else math.nan
 
 
@@ -144,7 +149,7 @@ def no_live(live: bool, missing: str = "no sigma device file answers for this ta
     return f"mechanism {NAME!r} is answered live only ({missing}) and {why}"
 
 
-def bounds(kind: str, point: dict[str, float], inputs: str) -> tuple[float, float]:
+def bounds(kind: str, point: dict[str, float]) -> tuple[float, float]:
     """(certified eps or delta, its lower bound or NaN) at ``point`` (sigma, n and delta for eps, eps for
     delta) from ``tablegen.engine.gaussian``, cached; a value read back from the disk cache is
     believed once one engine evaluation certifies it again (the certified delta at that eps)."""
@@ -163,11 +168,11 @@ def bounds(kind: str, point: dict[str, float], inputs: str) -> tuple[float, floa
         eps, delta = (value, point["delta"]) if kind == "eps" else (point["eps"], value)
         return engine.delta_bounds(sigma, n, eps, lower=False).upper <= delta
 
-    answer = live_engine.cached(f"{NAME}_{kind}", NAME, point, {"inputs": inputs}, compute, recertified)
+    answer = live_engine.cached(f"{NAME}_{kind}", NAME, point, ROW, compute, recertified)
     return answer[0], answer[1]
 
 
-def composed(point: dict[str, float], inputs: str) -> float:
+def composed(point: dict[str, float]) -> float:
     """Certified eps of ``point["rounds"]`` rounds composed at (sigma, n, delta), all the rounds together:
     ``tablegen.compose.gaussian_eps`` (its certified profile made a PLD and self-composed,
     docs/composition.md), cached as ``lookup/answer/live.py`` caches composed answers: a value read
@@ -178,4 +183,4 @@ def composed(point: dict[str, float], inputs: str) -> float:
         return [compose.gaussian_eps(sigma=point["sigma"], n=int(point["n"]), rounds=int(point["rounds"]),
                                      delta=point["delta"]).eps]
 
-    return live_engine.cached(f"{NAME}_composed_eps", NAME, point, {"inputs": inputs}, compute, lambda value: True)[0]
+    return live_engine.cached(f"{NAME}_composed_eps", NAME, point, ROW, compute, lambda value: True)[0]

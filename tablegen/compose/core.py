@@ -169,7 +169,7 @@ def _gaussian_params(r: Round) -> dict[str, float]:
     """A Gaussian round's params, {"sigma": sigma} with sigma in the engine's range (``inputs`` may be
     "unit" or "bits": one analysis answers both, lookup/answer/gaussian.py); ValueError naming what it
     may not have."""
-    from lookup.answer.gaussian import INPUTS
+    from lookup.answer.gaussian import checked_inputs
     from tablegen.mechanisms import gaussian as law
 
     why = "its privacy comes from sigma, the noise's standard deviation"
@@ -181,9 +181,7 @@ def _gaussian_params(r: Round) -> dict[str, float]:
     others = sorted(set(r.params) - {"sigma", "inputs"})
     if others:
         raise ValueError(f"a gaussian round takes no {others[0]} ({why}); its parameters are sigma and inputs")
-    if r.params.get("inputs", INPUTS[0]) not in INPUTS:
-        raise ValueError(f"a gaussian round's inputs must be one of {', '.join(INPUTS)} (what each user holds), "
-                         f"got inputs={r.params['inputs']!r}")
+    checked_inputs(r.params.get("inputs"))
     if "sigma" not in r.params:
         raise ValueError("a gaussian round needs sigma, the noise's standard deviation")
     return {"sigma": law.check_sigma(r.params["sigma"])}

@@ -151,9 +151,14 @@ def exp_with_error(log_value: np.ndarray | float) -> tuple[np.ndarray, np.ndarra
         return np.exp(x), np.where(np.isneginf(x), 0.0, NORMAL_RTOL * (np.abs(x) + 3) * 2)
 
 
+def pair_spread(sigma: float, clip: float) -> float:
+    """T, where the exact pairs' cells of t end: 12 sd of t beyond its mean, at most ``clip``."""
+    return min(12.0 / sigma + 0.5 / (sigma * sigma), clip)
+
+
 def pair_clips(sigma: float) -> tuple[float, ...]:
     """The distinct ends T of the exact pairs' cells of t over LOWER_CLIPS, farthest first."""
-    return tuple(dict.fromkeys(min(12.0 / sigma + 0.5 / (sigma * sigma), clip) for clip in LOWER_CLIPS))
+    return tuple(dict.fromkeys(pair_spread(sigma, clip) for clip in LOWER_CLIPS))
 
 
 def exact_pairs(sigma: float, cells: int = LOWER_CELLS, clip: float = LOWER_CLIPS[0]) -> list[Decomposition]:
@@ -164,7 +169,7 @@ def exact_pairs(sigma: float, cells: int = LOWER_CELLS, clip: float = LOWER_CLIP
     capped at e^T: G only falls) and v pushed up (conditional Jensen: a lower bound whatever the cells);
     the weights sum to one up to rounding."""
     s2 = sigma * sigma
-    spread = min(12.0 / sigma + 0.5 / s2, clip)
+    spread = pair_spread(sigma, clip)
     y = 0.5 + s2 * np.linspace(-spread, spread, cells + 1)
     ends = np.concatenate([[-np.inf], y, [np.inf]])
     c, c_err = normal_mass_with_error(ends[:-1] / sigma, ends[1:] / sigma)
