@@ -182,7 +182,7 @@ def _compute_gaussian(mechanism: str, n: str, sigma: str | None, inputs: str | N
     except ValueError as exc:
         _fail(exc)
     emit({**result, "certified": True, **b.detail, "mechanism": "gaussian", "sigma": noise,
-          "inputs": inputs or gaussian_answer.DEFAULT_INPUTS, "n": int(users)}, as_json)
+          "inputs": gaussian_answer.checked_inputs(inputs), "n": int(users)}, as_json)
 
 
 def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, inputs: str | None, as_json: bool) -> None:
@@ -209,7 +209,7 @@ def _calibrate_gaussian(eps: str, delta: str, n: str, rounds: str | None, inputs
     except ValueError as exc:
         _fail(exc)
     emit({"sigma": sigma, "certified": True, "mechanism": "gaussian",
-          "inputs": inputs or gaussian_answer.DEFAULT_INPUTS, "eps": e, "delta": d,
+          "inputs": gaussian_answer.checked_inputs(inputs), "eps": e, "delta": d,
           "n": int(users), "rounds": total, **found}, as_json)
 
 
@@ -412,7 +412,7 @@ def _compose_gaussian(mechanism: str, n: str, sigma: str | None, rounds: str | N
             result = {"eps": compose.gaussian_eps(sigma=noise, n=users, rounds=total, delta=d).eps, "rounds": total}
     except ValueError as exc:
         _fail(exc)
-    emit({**result, "certified": True, "mechanism": "gaussian", "inputs": inputs or gaussian_answer.DEFAULT_INPUTS,
+    emit({**result, "certified": True, "mechanism": "gaussian", "inputs": gaussian_answer.checked_inputs(inputs),
           "sigma": noise, "n": int(users), "delta": d}, as_json)
 
 
