@@ -28,6 +28,7 @@ TAIL_LOG = 40.0  # Chernoff tails, dropped nodes (and the lower bound's period) 
 ALIAS_LOG = 12.0
 MAX_NODES = 16384  # per evaluation (half lattices); beyond this the FFT path is cheaper
 MAX_ALL_NODES = 2**18  # lattice-anchored laws (few users off the heaviest atom; psi by one FFT): FFT path beyond
+USELESS_LOG = 100.0  # plans whose tilt factor exceeds e^this are declined (``_Plan``)
 MAX_PERIOD = 10**9  # k * x mod K stays exact in int64 (k <= K / 2, x < K: below 5e17)
 SMALL_PERIOD = 2048  # periods up to this sum every node (psi from one FFT): no far cells to bound
 BATCH_NODES = 2_000_000  # live nodes x points handled per numpy pass
@@ -470,10 +471,14 @@ class _Plan:
         size = np.maximum(law.chernoff_width(row, nf, 0, alias_log), alias_log / np.maximum(lam, 1e-300))
         size = size + law.chernoff_width(row, nf, 1, alias_log) + 2.0
         self.period = _smooth_periods(np.ceil(np.minimum(size, 2.0**52)).astype(np.int64))
+        self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
+        # declined: E[G] >= 0 (eps = 0, no tilt: left to the FFT path), or a tilt whose factor e^(n log M +
+        # lambda c) step / n alone exceeds e^USELESS_LOG (the bound would need a Parseval sum below e^-100 to
+        # fall under 1; the shuffled Gaussian's high clips reach e^700 there, at up to 0.3 s an evaluation)
+        scale = self.log_scale + np.log(law.step[row]) - np.log(nf)
+        self.declined = (lam <= 0) | (scale > USELESS_LOG)
         self.ranges, self.sup_log = self._windows(nf)
         self.nodes = np.bincount(self.ranges[0], self.ranges[2] - self.ranges[1] + 1, n.size).astype(np.int64)
-        self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
-        self.declined = lam <= 0  # E[G] >= 0 (eps = 0): no tilt, left to the FFT path
 
     def _windows(self, n: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """The nodes summed, as ranges (pair, first k, last k) sorted by pair and disjoint, and
@@ -496,10 +501,15 @@ class _Plan:
         sup = np.where(~every & (theta_g < law.theta1[row]), -0.4 * n * v * theta_g**2, -np.inf)
         pair = [np.arange(n.size)]
         lo, hi = [np.zeros(n.size, np.int64)], [np.ceil(near * period / (2 * np.pi) + 1e-6)]
-        rows = np.unique(row[~every])
+        # pairs ``batches`` declines whatever their far cells (no tilt, a period beyond MAX_PERIOD, the
+        # near range alone beyond max_nodes) and those whose G' <= 0 get none: their sup is +inf
+        lost = self.declined | (self.period > MAX_PERIOD) | (hi[0] > self.max_nodes)
+        sup = np.where(lost, np.inf, sup)
+        far = ~(every | lost | self.zero)
+        rows = np.unique(row[far])
         for i in range(0, rows.size, FAR_ROWS):
             chunk = rows[i : i + FAR_ROWS]
-            mine = np.flatnonzero(np.isin(row, chunk) & ~every)
+            mine = np.flatnonzero(np.isin(row, chunk) & far)
             local = np.searchsorted(chunk, row[mine])
             t_low, t_high, k_high = np.full(chunk.size, np.inf), np.zeros(chunk.size), np.zeros(chunk.size)
             np.minimum.at(t_low, local, np.exp(-tail_log / n[mine]))
