@@ -317,7 +317,7 @@ def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prov
     """The shuffled Gaussian's blanket law clipped at e^12.75, sigma 0.5, n 1e3, eps 4.1-5.0 (a search's
     grid): where the tilt's factor passes e^USELESS_LOG the evaluation is declined (NaN); with the rule
     lifted the same evaluations give bounds above 1 (1e299 at eps 4.59) or none, and the others the same
-    values: nothing is lost by declining them."""
+    values to 1e-9: nothing is lost by declining them."""
     from tablegen.mechanisms import gaussian as law
 
     d, eps, n = law.blanket(0.5, 12.75), np.geomspace(4.10599, 4.98659, 8), np.full(8, 1000)
