@@ -16,6 +16,11 @@ from tablegen.compose import pld
 from tablegen.compose.profile import POINTS, TAIL, Vertices, envelope, sample, tail_edge
 
 MAX_ROUNDS = 10**6
+# a sequence with a Gaussian round: a lattice this much finer, and the round's profile also sampled at points / 2
+# lattice points geometric near 0 (its e_hi, where delta <= 1e-30, is 47x its eps at delta 1e-6 at sigma 1, n 1e4:
+# on 100 uniform points one round composed to 0.0724 against the engine's 0.0602, now 0.0608; 100 rounds 0.863 ->
+# 0.707, about 1.2x the time)
+GAUSSIAN_FINER = 16
 MAX_LATTICE = 10**7  # lattice steps a round's losses may span on a given lattice (its dense pmf: 80 MB)
 GAUSSIAN = "gaussian"  # bits plus N(0, sigma^2): no eps0, params {"sigma": sigma} (tablegen.engine.gaussian)
 
@@ -127,9 +132,12 @@ def compose_rounds(rounds: Sequence[Round], points: int = POINTS) -> tuple[int, 
         groups.setdefault(r.key(), r)
         counts[r.key()] = counts.get(r.key(), 0) + r.times
     edges = {key: tail_edge(r.profile, r.top()) for key, r in groups.items()}
-    discretization = min(edges.values()) / validate.integer_at_least("points", points, 2, 10**5)
-    hulls = {key: envelope(*sample(r.profile, edges[key], discretization, points), discretization)
-             for key, r in groups.items()}
+    gaussian = [r.mechanism == GAUSSIAN for r in groups.values()]
+    finer = GAUSSIAN_FINER if any(gaussian) else 1
+    discretization = min(edges.values()) / validate.integer_at_least("points", points, 2, 10**5) / finer
+    hulls = {key: envelope(*sample(r.profile, edges[key], discretization, points, points // 2 if near else 0),
+                           discretization)
+             for (key, r), near in zip(groups.items(), gaussian, strict=True)}
     result = None
     for key, v in zip(hulls, coarsest(list(hulls.values())), strict=True):
         group = pld.self_composed(pld.connect_dots(v), counts[key])

@@ -18,7 +18,8 @@ positive and negative.  Each step is pushed the safe way:
    chord between two points.  Beyond the last point the hull is continued flat (the exact profile
    is non-increasing); that constant becomes the PLD's infinity mass.
 
-The grid of the engine route (``tail_edge``, ``sample``) is uniform on [0, e_hi], where e_hi is
+The grid of the engine route (``tail_edge``, ``sample``) is uniform on [0, e_hi] (for the shuffled
+Gaussian also geometric near 0, on a finer lattice: ``tablegen.compose.core``), where e_hi is
 the first probed eps whose certified delta is <= ``TAIL``; above e_hi the profile is cut (its
 delta, <= TAIL, goes to the infinity mass), so a pure eps0-LDP round whose profile reaches TAIL
 only at eps0 keeps its whole support [-eps0, eps0].
@@ -70,12 +71,19 @@ def _at(profile: Profile, eps: float) -> float:
     return float(profile(np.array([eps]))[0])
 
 
-def sample(profile: Profile, e_hi: float, discretization: float, points: int = POINTS) -> tuple[np.ndarray, np.ndarray]:
+def sample(profile: Profile, e_hi: float, discretization: float, points: int = POINTS,
+           near_zero: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(index, upper): the profile at eps = index * discretization on a uniform grid from 0 to at
-    least e_hi, with about ``points`` intervals (the step a multiple of the discretization)."""
+    least e_hi, with about ``points`` intervals (the step a multiple of the discretization), and at
+    ``near_zero`` more lattice points spaced geometrically from one lattice step to e_hi / 4 (where
+    a profile with a long tail has its answers: the shuffled Gaussian's e_hi is 47x its eps at delta
+    1e-6 at sigma 1, n 1e4).  Any points serve: the hull of upper bounds lies above the profile."""
     step = max(1, math.floor(e_hi / (points * discretization) * (1 + 1e-12)))
     count = math.ceil(e_hi / (step * discretization) * (1 - 1e-12))
     index = np.arange(count + 1) * step
+    if near_zero:
+        geometric = np.geomspace(1, max(index[-1] // 4, 2), near_zero)
+        index = np.union1d(index, np.round(geometric).astype(np.int64))
     return index, np.asarray(profile(index * discretization), dtype=float)
 
 
