@@ -39,7 +39,9 @@ CROWDED_TAIL = 1e-2  # the clip below (there the jump series' terms run out: sma
 SHIFTS = (0.1, 0.5, 0.85)
 FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in the second round
 JUMPS = 40  # terms of the jump series before its remainder
-GRID = 8  # eps points of each round of a search
+GRID = 8  # eps points of the first round of a search
+SECOND_GRID = 5  # and of the second, inside the first's bracket (8 cost 0.2 s more at sigma 0.25-0.4, n 1e9,
+# where round two is half of an answer; 13 bench points the same, one 6.7e-5 looser)
 SEARCH_FLOOR = 1e-9  # the search starts at this fraction of the single-user eps
 SECOND_ROUND = 4  # plans (the best at the bracket's ends, alternately) evaluated again inside the bracket
 RTOL = 1e-4
@@ -219,7 +221,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
             best += [(best[0][0], s) for s in FINER_SHIFTS]
         plain = [i for i, p in enumerate(tried) if p[1] == 0 and i in ranked]
         tried = list(dict.fromkeys(best + [tried[i] for i in narrowing + plain]))
-        a, da, b, db, narrowing, _ = _bracket(sigma, n, delta, tried, a, b, (a, da))
+        a, da, b, db, narrowing, _ = _bracket(sigma, n, delta, tried, a, b, (a, da), SECOND_GRID)
     chosen = [tried[i] for i in narrowing]
 
     def log_over(eps: float) -> float:  # log(bound / delta): the sign of bound - delta, and near linear
@@ -238,13 +240,13 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
 
 
 def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], low: float, high: float,
-             below: tuple[float, float] = (0.0, math.inf)
+             below: tuple[float, float] = (0.0, math.inf), points: int = GRID
              ) -> tuple[float, float, float, float, list[int], list[int]]:
-    """(a, delta at a, b, delta at b, the plans to narrow [a, b] with, the plans ranked) from GRID points
-    of [low, high] with every plan: b the first point certified, a the point before it (``below`` where b
+    """(a, delta at a, b, delta at b, the plans to narrow [a, b] with, the plans ranked) from ``points``
+    points of [low, high] with every plan: b the first point certified, a the point before it (``below`` where b
     is the first point).  Narrowing: the plan smallest at b and, of those certifying b, the one smallest
     at a; ranked: the best at a and at b, alternately, of the plans finite at a or b."""
-    grid = np.geomspace(low, high, GRID)
+    grid = np.geomspace(low, high, points)
     each = plan_values(sigma, n, grid, tried)
     values = each.min(axis=0) * (1 + FLOAT_SLACK)
     ok = np.flatnonzero(values <= delta)
