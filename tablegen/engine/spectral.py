@@ -472,11 +472,12 @@ class _Plan:
         size = size + law.chernoff_width(row, nf, 1, alias_log) + 2.0
         self.period = _smooth_periods(np.ceil(np.minimum(size, 2.0**52)).astype(np.int64))
         self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
-        # declined: E[G] >= 0 (eps = 0, no tilt: left to the FFT path), or a tilt whose factor e^(n log M +
-        # lambda c) step / n alone exceeds e^USELESS_LOG (the bound would need a Parseval sum below e^-100 to
-        # fall under 1; the shuffled Gaussian's high clips reach e^700 there, at up to 0.3 s an evaluation)
+        # declined: E[G] >= 0 (eps = 0, no tilt: left to the FFT path), a period beyond MAX_PERIOD (k x mod K
+        # would leave int64), or a tilt whose factor e^(n log M + lambda c) step / n alone exceeds e^USELESS_LOG
+        # (the bound would need a Parseval sum below e^-100 to fall under 1; the shuffled Gaussian's high
+        # clips reach e^700 there, at up to 0.3 s an evaluation)
         scale = self.log_scale + np.log(law.step[row]) - np.log(nf)
-        self.declined = (lam <= 0) | (scale > USELESS_LOG)
+        self.declined = (lam <= 0) | (scale > USELESS_LOG) | (self.period > MAX_PERIOD)
         self.ranges, self.sup_log = self._windows(nf)
         self.nodes = np.bincount(self.ranges[0], self.ranges[2] - self.ranges[1] + 1, n.size).astype(np.int64)
 
@@ -501,9 +502,9 @@ class _Plan:
         sup = np.where(~every & (theta_g < law.theta1[row]), -0.4 * n * v * theta_g**2, -np.inf)
         pair = [np.arange(n.size)]
         lo, hi = [np.zeros(n.size, np.int64)], [np.ceil(near * period / (2 * np.pi) + 1e-6)]
-        # pairs ``batches`` declines whatever their far cells (no tilt, a period beyond MAX_PERIOD, the
-        # near range alone beyond max_nodes) and those whose G' <= 0 get none: their sup is +inf
-        lost = self.declined | (self.period > MAX_PERIOD) | (hi[0] > self.max_nodes)
+        # pairs ``batches`` declines whatever their far cells (``declined``, or the near range alone beyond
+        # max_nodes) and those whose G' <= 0 get none: their sup is +inf
+        lost = self.declined | (hi[0] > self.max_nodes)
         sup = np.where(lost, np.inf, sup)
         far = ~(every | lost | self.zero)
         rows = np.unique(row[far])
@@ -545,7 +546,7 @@ class _Plan:
 
     def batches(self) -> list[np.ndarray]:
         """Pair indices grouped so that each numpy pass stays within BATCH_NODES."""
-        ok = np.flatnonzero(~self.zero & ~self.declined & (self.nodes <= self.max_nodes) & (self.period <= MAX_PERIOD))
+        ok = np.flatnonzero(~self.zero & ~self.declined & (self.nodes <= self.max_nodes))
         cost = (self.nodes[ok] + 1) * self.law.pair_base.shape[1]
         out, start, total = [], 0, 0
         for i, c in enumerate(cost):
