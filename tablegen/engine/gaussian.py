@@ -17,6 +17,7 @@ docs/soundness.md, "Shuffled Gaussian".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import gammaln
@@ -47,8 +48,13 @@ SECOND_ROUND = 4  # plans (the best at the bracket's ends, alternately) evaluate
 RTOL = 1e-4
 LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
-CURVE_POINTS = 32  # eps points of eps_curve's first grid
-CURVE_REFINE = 6  # points added inside each delta's brackets
+CURVE_POINTS = 16  # eps points of eps_curve's first grid
+CURVE_HEADROOM, CURVE_BELOW = 4.0, 4  # eps_curve's first grid (_first_grid)
+CURVE_NUDGE = 0.005  # refinement points this far past the predicted crossing
+CURVE_WIDE = 0.1  # brackets wider than this (relative) are also halved
+CURVE_TOL = 0.01  # a delta whose answer is predicted this close to its crossing is not refined further
+CURVE_ROUNDS = 3  # rounds of them
+CURVE_LOWER_ROUNDS = 2  # and for the lower bounds
 NEAR_CELLS_USERS = 10**5  # the exact pairs on nearer cells from here on: below it the largest report decides
 # every lower bound of the shipped sigma file (the 132 cells they raise have n >= 5.6e5), and they cost about
 # 0.5 s an answer (sigma 0.5-0.7, n 1e3)
@@ -281,9 +287,10 @@ def delta_curve(sigma: float, n: int, eps: np.ndarray, smallest: float = DELTA_L
 def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[np.ndarray, np.ndarray]:
     """(certified eps, lower bound) at each of ``deltas`` from the privacy profile, for a table's slice.
 
-    ``delta_curve`` (the plans of DELTA_LADDER's deltas, shifted plans, E[G_+]) and ``delta_lower`` on a
-    geometric grid of CURVE_POINTS eps up to the single-user eps at the smallest delta (certified by
-    E[G_+] alone), then again on CURVE_REFINE points inside each delta's brackets; at each delta the
+    ``delta_curve`` (the plans of DELTA_LADDER's deltas, shifted plans, E[G_+]) on ``_first_grid`` (around the
+    closed-form lower eps, extended to the single-user eps at the smallest delta, certified by E[G_+] alone,
+    where some delta is not certified yet), ``delta_lower`` on its part below the largest answer, then each
+    on one point per delta per round where its answer is predicted (``_refined``); at each delta the
     certified eps is the chord of the evaluated points around it (the exact delta is convex in e^eps, so
     the chord of two upper bounds lies above it: docs/soundness.md, "Shuffled Gaussian", step 5), the
     lower bound the largest point whose lower bound is above it, or the closed forms (largest report,
@@ -293,23 +300,78 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
     deltas = np.array([_checked_delta(d) for d in np.atleast_1d(np.asarray(deltas, dtype=float))])
     closed = np.array([_closed_form_eps_lower(sigma, n, float(d)) for d in deltas])
     top = single_user_eps(sigma, float(deltas.min()))
-    low = float(np.where(closed > 0, closed, SEARCH_FLOOR * top).min())  # below every delta's certified eps
-    grid = np.geomspace(min(max(low, SEARCH_FLOOR * top), top / 2), top, CURVE_POINTS)
-    upper, lower = delta_curve(sigma, n, grid), delta_lower(sigma, n, grid)
-    inner = [np.geomspace(grid[j - 1], grid[j], CURVE_REFINE + 2)[1:-1]
-             for j in {*_crossings(upper, deltas), *_crossings(lower, deltas)}]
-    if inner:
-        grid = np.concatenate([grid, *inner])
-        upper = np.concatenate([upper, delta_curve(sigma, n, grid[CURVE_POINTS:])])
-        lower = np.concatenate([lower, delta_lower(sigma, n, grid[CURVE_POINTS:])])
-        order = np.argsort(grid)
-        grid, upper, lower = grid[order], upper[order], lower[order]
+    grid = _first_grid(closed, SEARCH_FLOOR * top, top)
+    upper = delta_curve(sigma, n, grid)
+    if upper.min() > deltas.min():  # a delta no point certifies yet: on to the single-user eps, which does
+        more = np.geomspace(grid[-1], top, CURVE_POINTS // 2)[1:]
+        grid, upper = np.append(grid, more), np.append(upper, delta_curve(sigma, n, more))
+    grid_up, upper = _refined(lambda eps: delta_curve(sigma, n, eps), grid, upper, deltas, CURVE_ROUNDS, 1.0)
     j = np.array(_crossings(upper, deltas))
-    certified = np.where(upper[j - 1] <= deltas, grid[j - 1],
-                         chord_eps(grid[j - 1], upper[j - 1], grid[j], upper[j], deltas))
+    certified = np.where(upper[j - 1] <= deltas, grid_up[j - 1],
+                         chord_eps(grid_up[j - 1], upper[j - 1], grid_up[j], upper[j], deltas))
+    # no lower bound exceeds a delta where an upper bound is at most it: the lower grid stops at the largest answer
+    grid = grid[: np.searchsorted(grid, certified.max()) + 1]
+    grid_low, lower = _refined(lambda eps: delta_lower(sigma, n, eps), grid, delta_lower(sigma, n, grid), deltas,
+                               CURVE_LOWER_ROUNDS, -1.0)
     above = lower[None, :] > deltas[:, None]
-    from_grid = np.where(above.any(axis=1), grid[grid.size - 1 - np.argmax(above[:, ::-1], axis=1)], 0.0)
+    from_grid = np.where(above.any(axis=1), grid_low[grid_low.size - 1 - np.argmax(above[:, ::-1], axis=1)], 0.0)
     return np.asarray(certified, dtype=float), np.minimum(np.maximum(from_grid, closed), certified)
+
+
+def _first_grid(closed: np.ndarray, floor: float, top: float) -> np.ndarray:
+    """eps_curve's first grid: CURVE_POINTS geometric from the smallest closed-form lower eps (no answer lies
+    below its delta's) to CURVE_HEADROOM times the largest (the answers were at most 2.2 times it over a sample
+    of 40 profiles), and CURVE_BELOW more down to ``floor`` where a closed form is 0."""
+    positive = closed[closed > 0]
+    low = max(float(positive.min()), floor) if positive.size else floor
+    high = min(top, CURVE_HEADROOM * float(positive.max())) if positive.size else top
+    grid = np.geomspace(low, high if high > 2 * low else top, CURVE_POINTS)
+    if low > floor and positive.size < closed.size:
+        grid = np.append(np.geomspace(floor, low, CURVE_BELOW + 1)[:-1], grid)
+    return grid
+
+
+def _refined(bound: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, values: np.ndarray, deltas: np.ndarray,
+             rounds: int, side: float) -> tuple[np.ndarray, np.ndarray]:
+    """``grid`` and ``bound`` on it (``values``), then ``rounds`` times one more point per delta inside its
+    bracket (``_bracket_ends``) where sqrt(-log bound), linear in eps between the bracket's ends (as for the
+    Gaussian mechanism, whose delta is about Phi(-eps / mu), far out), meets sqrt(-log delta), moved by
+    CURVE_NUDGE toward ``side`` (+1: the upper bounds' side, -1: the lower's), or the bracket's geometric
+    middle where the ends do not say; from the second round a bracket wider than CURVE_WIDE also gets its
+    middle (the prediction missed), and a delta whose answer is predicted within CURVE_TOL of its crossing
+    or whose bracket is narrower than 1 + RTOL gets none.
+    Where the points go decides only tightness and cost: every answer is read off evaluated bounds."""
+    for round_ in range(rounds):
+        j, target = _bracket_ends(values, deltas, side)
+        a, b = grid[j - 1], grid[j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z_a, z_b, z = (np.sqrt(np.maximum(-np.log(v), 0.0)) for v in (values[j - 1], values[j], target))
+            t = (z - z_a) / (z_b - z_a)
+        known = (t > 0) & (t < 1)
+        guess = np.where(known, (a + t * (b - a)) * (1 + side * CURVE_NUDGE), np.sqrt(a * b))
+        # the answer is read at the end on ``side``: its predicted distance from the crossing, relative
+        off = np.where(side > 0, (1 - t) * (b - a) / b, t * (b - a) / a)
+        open_ = (b > a * (1 + RTOL)) & ~(known & (off < CURVE_TOL))
+        wide = open_ & (b > a * (1 + CURVE_WIDE)) & (round_ > 0)  # a prediction that missed once: halved too
+        inside = np.clip(guess, a * (1 + RTOL / 4), b / (1 + RTOL / 4))
+        points = np.unique(np.append(inside[open_], np.sqrt(a * b)[wide]))
+        if not points.size:
+            break
+        grid, values = np.concatenate([grid, points]), np.concatenate([values, bound(points)])
+        order = np.argsort(grid)
+        grid, values = grid[order], values[order]
+    return grid, values
+
+
+def _bracket_ends(values: np.ndarray, deltas: np.ndarray, side: float) -> tuple[np.ndarray, np.ndarray]:
+    """(j, delta) for each delta where its answer is read: the upper bounds' first point at most delta
+    (``_crossings``), the lower bounds' point after the last one above delta (none where no point is above
+    it, or the last is)."""
+    if side > 0:
+        return np.array(_crossings(values, deltas)), deltas
+    above = values[None, :] > deltas[:, None]
+    found = above.any(axis=1) & ~above[:, -1]
+    return values.size - np.argmax(above[found, ::-1], axis=1), deltas[found]
 
 
 def _crossings(values: np.ndarray, deltas: np.ndarray) -> list[int]:
