@@ -84,7 +84,7 @@ def lower_slice(mechanism: str | Mechanism, *, eps0: float, ns: Sequence[int], d
     ladder = _Ladder(q, n_axis, LADDER, _lower_values(q, n_axis, resolution))
     upper = np.asarray(upper, dtype=float)[rows]
     for i, eps in zip(rows, np.max(upper, axis=1), strict=True):
-        ladder.set(slice(0, int(math.log(q.eps0 / eps) / math.log(LADDER)) + 1), i, 0.0)  # e_j >= eps
+        ladder.set(slice(0, int(math.log(q.eps0 / eps) / math.log(ladder.ratio)) + 1), i, 0.0)  # e_j >= eps
     ok, fail = ladder.solve(rows, targets, lambda ok, fail, i, delta: fail - 0.5, settled=upper)
     i, delta = np.repeat(rows, targets.size), np.tile(targets, rows.size)
     fail = np.minimum(ladder.probe(i, delta, fail.ravel()), ladder.first_proofs(rows, targets).ravel())

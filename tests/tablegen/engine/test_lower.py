@@ -52,6 +52,27 @@ def test_random_laws_below_exact_enumeration(seed):
     assert answered >= 5
 
 
+def test_the_slices_wider_brackets_stay_below_exact_enumeration():
+    """The lower slices accept a rounding bracket up to SLICE_MAX_GAP wide (the live path declines beyond
+    MAX_GAP and takes the FFT path): its lower end is still below the exact delta (enumeration), on the
+    random laws above at the coarse resolution 10, where the live path declines most."""
+    newly = 0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        for atoms, n, concentration in ((2, 2000, 1.0), (3, 1500, 2.0), (3, 600, 3.0), (4, 290, 300.0)):
+            d = _random_law(rng, atoms, concentration)
+            eps, users = np.geomspace(0.01, 1.5, 7), np.full(7, n)
+            live = lower.delta_lower_upper(d, eps, users, 10.0, max_gap=lower.MAX_GAP)[0]
+            sliced = lower.delta_lower_upper(d, eps, users, 10.0)[0]
+            assert np.array_equal(live[~np.isnan(live)], sliced[~np.isnan(live)])  # the same sums
+            for e, value in zip(eps[np.isnan(live) & ~np.isnan(sliced)], sliced[np.isnan(live) & ~np.isnan(sliced)],
+                                strict=True):
+                values, probs = d.law(e)
+                assert value <= exact_delta(values, probs / probs.sum(), n), (seed, atoms, e)
+                newly += 1
+    assert newly >= 10  # 30 evaluations the live path declines answer on the slices
+
+
 @pytest.mark.parametrize("k,eps0,n", [(3, 0.5, 1000), (3, 1.0, 1000), (3, 3.0, 2500)])
 def test_krr_lower_laws_below_exact(k, eps0, n):
     answered = 0
