@@ -307,6 +307,8 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
         grid, upper = np.append(grid, more), np.append(upper, delta_curve(sigma, n, more))
     grid_up, upper = _refined(lambda eps: delta_curve(sigma, n, eps), grid, upper, deltas, CURVE_ROUNDS, 1.0)
     j = np.array(_crossings(upper, deltas))
+    if np.any(upper[j] > deltas):  # cannot happen: the grid ends at single_user_eps, which certifies every delta
+        raise ValueError(f"no eps up to {grid_up[-1]:g} is certified at some delta for sigma={sigma:g}, n={n}")
     certified = np.where(upper[j - 1] <= deltas, grid_up[j - 1],
                          chord_eps(grid_up[j - 1], upper[j - 1], grid_up[j], upper[j], deltas))
     # no lower bound exceeds a delta where an upper bound is at most it: the lower grid stops at the largest answer
@@ -395,9 +397,10 @@ def _closed_form_eps_lower(sigma: float, n: int, delta: float) -> float:
 
 
 def single_user_eps(sigma: float, delta: float) -> float:
-    """An eps where E[G_+] <= delta (certified for every n): the top of a search."""
+    """An eps where E[G_+] <= delta (certified for every n): the top of a search.  With the FLOAT_SLACK that
+    ``delta_upper`` adds, so that the top a search or a profile ends on certifies every delta."""
     eps = 1.0
-    while single_user(sigma, np.array([eps]))[0] > delta:
+    while single_user(sigma, np.array([eps]))[0] * (1 + FLOAT_SLACK) > delta:
         eps *= 2
     return eps
 
