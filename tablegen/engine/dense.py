@@ -264,7 +264,7 @@ class _Ladder:
         non-increasing), ``top`` where none is found down to the floor.
 
         The search took a declined evaluation (NaN) for a proof, so a fail end can be a decline
-        (e.g. a rounding bracket wider than ``lower.MAX_GAP`` at a coarse resolution); below
+        (e.g. a rounding bracket wider than ``lower.SLICE_MAX_GAP``, or a plan declined); below
         it the ladder is probed with doubling strides until a proof is evaluated, then bisected
         between the last point that is not one and that proof (declines count as not)."""
         def proof(j: np.ndarray, cells: np.ndarray) -> np.ndarray:

@@ -36,7 +36,8 @@ MAX_GAP = 0.05  # largest relative width of the bracket of E[Y_+] accepted (else
 # ... and on the lower slices, which have no FFT path to fall back on: a wider bracket's lower end is a
 # lower bound all the same (docs/engine.md).  Declined at 0.05, 52% of the evaluations of Laplace's
 # lower slice at eps0 7.86 gave nothing, and its cells' bounds were found 11x lower in eps (median) by
-# probing below them; at 0.9 5%: the lower bounds 1.66x higher (median; up to 22x), the slice 1.5x faster
+# probing below them; at 0.9 5%: the lower bounds 2.06x higher (median, every n; up to 22x), the lower
+# half of the slice 2.5x faster (docs/engine.md, "Slices")
 SLICE_MAX_GAP = 0.9
 PAIR_ATOMS = 12  # the bound on |psi_G| away from 0 uses the pairs of this many heaviest atoms
 CELL_PHASE = 0.25  # cells of t are this wide in phase t d of the farthest such pair that n
