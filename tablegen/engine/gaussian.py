@@ -40,13 +40,16 @@ CROWDED_TAIL = 1e-2  # the clip below (there the jump series' terms run out: sma
 SHIFTS = (0.1, 0.5, 0.85)
 FINER_SHIFTS = (0.02, 0.3, 0.7, 0.95)  # tried beside the best plan's clip in the second round
 JUMPS = 40  # terms of the jump series before its remainder
+USELESS_TILT = 30.0  # the spectral path declines a plan whose tilt factor x step / n exceeds e^this (spectral
+# declines at e^100): on the 360 points of docs/mechanisms.md's live sweep none above e^30 bounded delta below
+# 5e3, and one such evaluation cost 1 s (sigma 0.7, n 100, clip 8.75 at the closed-form lower eps)
 GRID = 8  # eps points of the first round of a search
 SECOND_GRID = 5  # and of the second, inside the first's bracket (8 cost 0.2 s more at sigma 0.25-0.4, n 1e9,
 # where round two is half of an answer; 13 bench points the same, one 6.7e-5 looser)
 SEARCH_FLOOR = 1e-9  # the search starts at this fraction of the single-user eps
 SECOND_ROUND = 4  # plans (the best at the bracket's ends, alternately) evaluated again inside the bracket
 RTOL = 1e-4
-LOWER_SPAN, LOWER_GRID = 4.0, 12  # the lower bound is searched on [upper / LOWER_SPAN, upper]
+LOWER_SPAN, LOWER_RTOL = 4.0, 1e-3  # the lower bound is searched on [upper / LOWER_SPAN, upper], to this width
 DELTA_LADDER = (1e-3, 1e-6, 1e-9, 1e-12, 1e-15)  # delta_bounds tries the plain clips of these deltas
 CURVE_POINTS = 16  # eps points of eps_curve's first grid
 CURVE_HEADROOM, CURVE_BELOW = 4.0, 4  # eps_curve's first grid (_first_grid)
@@ -110,7 +113,7 @@ def single_user(sigma: float, eps: np.ndarray) -> np.ndarray:
 def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float) -> np.ndarray:
     """A + B of one plan at each eps (inf where the spectral path declines)."""
     d = law.blanket(sigma, clip, shift)
-    main = spectral.delta_upper(d, eps, np.full(eps.shape, n))
+    main = spectral.delta_upper(d, eps, np.full(eps.shape, n), useless_log=USELESS_TILT)
     main = np.where(np.isfinite(main), main, np.inf)
     return main + jump_series(sigma, clip, n, n * shift * np.expm1(eps))
 
@@ -218,7 +221,7 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     # no upper bound lies below a lower bound: the first grid starts at the closed forms' eps (at sigma 0.7,
     # n 1e3, delta 1e-6: 0.95 against the answer 0.985), where the plans decline far less than near 0
     low = min(max(SEARCH_FLOOR * top, _closed_form_eps_lower(sigma, n, delta)), top / 2)
-    a, da, b, db, narrowing, ranked = _bracket(sigma, n, delta, tried, low, top)
+    a, da, b, db, narrowing, ranked, ends = _bracket(sigma, n, delta, tried, np.geomspace(low, top, GRID))
     if a > 0:  # a second round inside the bracket: the plans best at its ends, the best at finer shifts, the
         # plain ones; of those evaluated, only the ones that proved something at an end (a plan declined at
         # both, e.g. a high clip whose lattice outgrows the spectral path, cost up to 1 s there for nothing)
@@ -227,7 +230,8 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
             best += [(best[0][0], s) for s in FINER_SHIFTS]
         plain = [i for i, p in enumerate(tried) if p[1] == 0 and i in ranked]
         tried = list(dict.fromkeys(best + [tried[i] for i in narrowing + plain]))
-        a, da, b, db, narrowing, _ = _bracket(sigma, n, delta, tried, a, b, (a, da), SECOND_GRID)
+        grid = np.concatenate([[a], np.geomspace(a, b, SECOND_GRID)[1:-1], [b]])
+        a, da, b, db, narrowing, _, _ = _bracket(sigma, n, delta, tried, grid, ends, (a, da))
     chosen = [tried[i] for i in narrowing]
 
     def log_over(eps: float) -> float:  # log(bound / delta): the sign of bound - delta, and near linear
@@ -245,19 +249,20 @@ def eps_bounds(sigma: float, n: int, delta: float, lower: bool = True, rtol: flo
     return Bounds(upper, _eps_lower(sigma, n, delta, upper) if lower else None, _detail(chosen, plan))
 
 
-def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], low: float, high: float,
-             below: tuple[float, float] = (0.0, math.inf), points: int = GRID
-             ) -> tuple[float, float, float, float, list[int], list[int]]:
-    """(a, delta at a, b, delta at b, the plans to narrow [a, b] with, the plans ranked) from ``points``
-    points of [low, high] with every plan: b the first point certified, a the point before it (``below`` where b
-    is the first point).  Narrowing: the plan smallest at b and, of those certifying b, the one smallest
-    at a; ranked: the best at a and at b, alternately, of the plans finite at a or b."""
-    grid = np.geomspace(low, high, points)
-    each = plan_values(sigma, n, grid, tried)
+def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]], grid: np.ndarray,
+             known: dict[tuple[float, float], np.ndarray] | None = None, below: tuple[float, float] = (0.0, math.inf)
+             ) -> tuple[float, float, float, float, list[int], list[int], dict[tuple[float, float], np.ndarray]]:
+    """(a, delta at a, b, delta at b, the plans to narrow [a, b] with, the plans ranked, each plan's values at
+    a and b) from the points ``grid`` with every plan: b the first point certified, a the point before it
+    (``below`` where b is the first point).  Narrowing: the plan smallest at b and, of those certifying b,
+    the one smallest at a; ranked: the best at a and at b, alternately, of the plans finite at a or b.
+    ``known``: plans' values at the grid's ends, evaluated before (a second round's ends are the first's
+    bracket; at sigma 1, n 100 one plan cost 0.4 s there again)."""
+    each = _grid_values(sigma, n, grid, tried, known or {})
     values = each.min(axis=0) * (1 + FLOAT_SLACK)
     ok = np.flatnonzero(values <= delta)
     if not ok.size:
-        raise ValueError(f"no eps up to {high:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
+        raise ValueError(f"no eps up to {grid[-1]:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
     j = int(ok[0])
     a, da = (float(grid[j - 1]), float(values[j - 1])) if j else below
     before = j - 1 if j else j
@@ -266,7 +271,22 @@ def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]
     at_a, at_b = (np.argsort(each[:-1, k], kind="stable") for k in (before, j))
     finite = np.isfinite(each[:-1, before]) | np.isfinite(each[:-1, j])
     ranked = list(dict.fromkeys(int(i) for pair in zip(at_a, at_b, strict=True) for i in pair if finite[i]))
-    return a, da, float(grid[j]), float(values[j]), sorted(i for i in narrowing if i < len(tried)), ranked
+    ends = {plan: each[i, [before, j]] for i, plan in enumerate(tried)}
+    return a, da, float(grid[j]), float(values[j]), sorted(i for i in narrowing if i < len(tried)), ranked, ends
+
+
+def _grid_values(sigma: float, n: int, grid: np.ndarray, tried: list[tuple[float, float]],
+                 known: dict[tuple[float, float], np.ndarray]) -> np.ndarray:
+    """``plan_values`` on ``grid``, taking the plans' values at its two ends from ``known`` where there."""
+    if not known:
+        return plan_values(sigma, n, grid, tried)
+    each = np.empty((len(tried) + 1, grid.size))
+    each[:, 1:-1] = plan_values(sigma, n, grid[1:-1], tried)
+    new = [plan for plan in tried if plan not in known]
+    fresh = dict(zip(new, plan_values(sigma, n, grid[[0, -1]], new)[:-1], strict=True))
+    each[:-1, [0, -1]] = [known.get(plan, fresh.get(plan)) for plan in tried]
+    each[-1, [0, -1]] = single_user(sigma, grid[[0, -1]])
+    return each
 
 
 def delta_curve(sigma: float, n: int, eps: np.ndarray, smallest: float = DELTA_LADDER[-1]) -> np.ndarray:
@@ -451,23 +471,25 @@ def sum_eps_lower(sigma: float, n: int, delta: float, upper: float) -> float:
 
 def _pairs_eps_lower(sigma: float, n: int, delta: float, upper: float, floor: float = 0.0) -> float:
     """The largest eps found on [max(upper / LOWER_SPAN, floor), upper] whose exact pairs' bound is above
-    delta (0 if none).  ``floor``: a lower eps already proved (the closed forms'); only larger ones are
-    searched, and none where the pairs' bound is not above delta at the floor (one evaluation: at sigma
-    0.4-0.7 the closed forms decide and the search cost 0.25-0.7 s for nothing)."""
+    delta (0 if none): regula falsi on log(bound / delta), near linear in eps, from the span's ends (none
+    where the bound is not above delta at its lower end).  ``floor``: a lower eps already proved (the closed
+    forms'); only larger ones are searched.  Each evaluation costs about 0.06 s at sigma 0.7, n 1e5 whatever
+    the number of eps in a call, so the search takes as few as it can (a grid of 12 first took 17, 1 s)."""
     low = max(upper / LOWER_SPAN, floor)
-    if low >= upper or (floor > 0 and delta_lower(sigma, n, np.array([low]))[0] <= delta):
+    if low >= upper:
         return 0.0
-    grid = np.geomspace(low, upper, LOWER_GRID)
-    values = delta_lower(sigma, n, grid)
-    above = np.flatnonzero(values > delta)
-    if not above.size:
-        return 0.0  # (below upper / LOWER_SPAN the search is not worth it: the answer is 0)
-    j = int(above[-1])
-    if j == grid.size - 1:
-        return float(grid[j])
-    a, b = shrink_bracket(lambda e: float(delta_lower(sigma, n, np.array([e]))[0]) - delta, float(grid[j]),
-                          float(values[j]) - delta, float(grid[j + 1]), float(values[j + 1]) - delta, 1e-3)
-    return a
+
+    def log_over(eps: float) -> float:  # > 0 only where the bound is above delta (division rounds monotonely)
+        with np.errstate(divide="ignore"):
+            return float(np.log(delta_lower(sigma, n, np.array([eps]))[0] / delta))
+
+    at_low = log_over(low)
+    if at_low <= 0:
+        return 0.0
+    at_upper = log_over(upper)
+    if at_upper > 0:
+        return upper
+    return shrink_bracket(log_over, low, at_low, upper, at_upper, LOWER_RTOL)[0]
 
 
 def sigma_min(eps: float, delta: float, n: int, rtol: float = 1e-3) -> float:

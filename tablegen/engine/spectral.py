@@ -56,18 +56,20 @@ DENSE_RATIO = 12  # a dense form is built when the support spans <= this many ce
 PAIR_NS, HORNER_NODE_NS, HORNER_STEP_NS, FFT_NS = 35.0, 3.0, 4000.0, 1.0
 
 
-def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
+def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
+                useless_log: float = USELESS_LOG) -> np.ndarray:
     """Certified upper bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
 
-    NaN where the spectral path declines (too many frequencies); the caller uses the FFT path.
+    NaN where the spectral path declines (too many frequencies, or a tilt factor above e^``useless_log``:
+    ``_Plan``); the caller uses the FFT path.
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
     unique, row = np.unique(eps_b.ravel(), return_inverse=True)
-    return delta_pairs(d, unique, row.ravel(), n_b.ravel(), resolution).reshape(eps_b.shape)
+    return delta_pairs(d, unique, row.ravel(), n_b.ravel(), resolution, useless_log).reshape(eps_b.shape)
 
 
 def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray,
-                resolution: float = RESOLUTION) -> np.ndarray:
+                resolution: float = RESOLUTION, useless_log: float = USELESS_LOG) -> np.ndarray:
     """Upper bounds for the pairs (eps[row_b], n_b): the per-eps work (rounding, tilting, bounds
     on |psi|) is done once per distinct eps and shared by every n (NaN where declined)."""
     out = np.full(row.shape, np.nan)
@@ -76,7 +78,7 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
         pairs = np.flatnonzero(split == half)
         if pairs.size:
             for which, law, law_row, _ in _laws(d, eps, row[pairs], n[pairs], resolution, half):
-                _fill(out, pairs[which], law, law_row, n[pairs[which]], half)
+                _fill(out, pairs[which], law, law_row, n[pairs[which]], half, useless_log)
     return out
 
 
@@ -109,11 +111,12 @@ def _laws(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, res
     return out
 
 
-def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n: np.ndarray, half: bool) -> None:
+def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n: np.ndarray, half: bool,
+          useless_log: float) -> None:
     """out[pairs] = upper bounds for (law row, n) (NaN stays where the plan declines)."""
     if not pairs.size:
         return
-    plan = _Plan(law, row, n, MAX_NODES if half else MAX_ALL_NODES)
+    plan = _Plan(law, row, n, MAX_NODES if half else MAX_ALL_NODES, useless_log=useless_log)
     for idx in plan.batches():
         out[pairs[idx]] = plan.evaluate(idx)
 
@@ -459,7 +462,7 @@ class _Plan:
     """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""
 
     def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int,
-                 alias_log: float = ALIAS_LOG, tail_log: float = TAIL_LOG) -> None:
+                 alias_log: float = ALIAS_LOG, tail_log: float = TAIL_LOG, useless_log: float = USELESS_LOG) -> None:
         self.law, self.row, self.n, self.max_nodes = law, row, n, max_nodes
         self.alias_log, self.tail_log = alias_log, tail_log
         nf = n.astype(float)
@@ -473,11 +476,11 @@ class _Plan:
         self.period = _smooth_periods(np.ceil(np.minimum(size, 2.0**52)).astype(np.int64))
         self.zero = ~law.positive[row]  # every G' <= 0: E[(S' + c)_+] = 0
         # declined: E[G] >= 0 (eps = 0, no tilt: left to the FFT path), a period beyond MAX_PERIOD (k x mod K
-        # would leave int64), or a tilt whose factor e^(n log M + lambda c) step / n alone exceeds e^USELESS_LOG
-        # (the bound would need a Parseval sum below e^-100 to fall under 1; the shuffled Gaussian's high
-        # clips reach e^700 there, at up to 0.3 s an evaluation)
+        # would leave int64), or a tilt whose factor e^(n log M + lambda c) step / n alone exceeds e^useless_log
+        # (at USELESS_LOG the bound would need a Parseval sum below e^-100 to fall under 1; the shuffled
+        # Gaussian's high clips reach e^700 there, at up to 0.3 s an evaluation).  Declining only loses a bound.
         scale = self.log_scale + np.log(law.step[row]) - np.log(nf)
-        self.declined = (lam <= 0) | (scale > USELESS_LOG) | (self.period > MAX_PERIOD)
+        self.declined = (lam <= 0) | (scale > useless_log) | (self.period > MAX_PERIOD)
         self.ranges, self.sup_log = self._windows(nf)
         self.nodes = np.bincount(self.ranges[0], self.ranges[2] - self.ranges[1] + 1, n.size).astype(np.int64)
 

@@ -342,3 +342,23 @@ def test_a_slice_of_deltas_is_ordered_and_near_the_search(sigma: float, n: int) 
     for (up, lo), b in zip(zip(upper[[0, 2]], lower[[0, 2]], strict=True), searched, strict=True):
         # within 1% of the search: each delta gets points where its answer is predicted (eps_curve)
         assert b.lower * (1 - 1e-9) <= up <= 1.01 * b.upper and lo <= b.upper
+
+
+def test_the_plans_declined_above_the_gaussians_tilt_limit_would_bound_nothing() -> None:
+    """sigma 0.7, n 100, delta 1e-6 (a first grid of eps_bounds): the evaluations the spectral path declines
+    at e^USELESS_TILT and answers at e^100 give bounds above 1 (1e13 at the closed-form lower eps, where one
+    cost 1 s); the rest are the same values."""
+    from tablegen.engine import spectral
+
+    sigma, n, delta = 0.7, 100, 1e-6
+    grid = np.geomspace(gaussian._closed_form_eps_lower(sigma, n, delta), gaussian.single_user_eps(sigma, delta), 8)
+    lost = 0
+    for clip, shift in gaussian.plans(sigma, *(delta * share for share in gaussian.PLAIN_SHARES), n=n):
+        d = law.blanket(sigma, clip, shift)
+        declined = spectral.delta_upper(d, grid, np.full(8, n), useless_log=gaussian.USELESS_TILT)
+        lifted = spectral.delta_upper(d, grid, np.full(8, n), useless_log=math.inf)
+        useless = np.isnan(declined) & ~np.isnan(lifted)
+        assert np.all(lifted[useless] > 1.0)
+        np.testing.assert_allclose(declined[~np.isnan(declined)], lifted[~np.isnan(declined)], rtol=1e-9)
+        lost += int(useless.sum())
+    assert lost

@@ -313,7 +313,7 @@ def test_spectrum_is_psi_within_its_error(name, params, eps0, half):
             assert err[row] < 1e-12
 
 
-def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prove_nothing(monkeypatch):
+def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prove_nothing():
     """The shuffled Gaussian's blanket law clipped at e^12.75, sigma 0.5, n 1e3, eps 4.1-5.0 (a search's
     grid): where the tilt's factor passes e^USELESS_LOG the evaluation is declined (NaN); with the rule
     lifted the same evaluations give bounds above 1 (1e299 at eps 4.59) or none, and the others the same
@@ -322,8 +322,7 @@ def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prov
 
     d, eps, n = law.blanket(0.5, 12.75), np.geomspace(4.10599, 4.98659, 8), np.full(8, 1000)
     declined = delta_upper(d, eps, n)
-    monkeypatch.setattr(spectral_path, "USELESS_LOG", math.inf)
-    lifted = delta_upper(d, eps, n)
+    lifted = delta_upper(d, eps, n, useless_log=math.inf)
     useless = np.isnan(declined) & ~np.isnan(lifted)
     assert useless.any() and np.all(lifted[useless] > 1.0)
     assert np.array_equal(np.isnan(declined), np.isnan(declined) | np.isnan(lifted))
