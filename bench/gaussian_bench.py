@@ -9,6 +9,9 @@ Parts (``python -m bench gaussian [--only PART ...] [--quick]``):
 * ``table``: sigma 0.5-10 and n 1e3-1e9 at delta 1e-6 (and 1e-12): ours, lower, their ratio, seconds.
 * ``time``: whole-process ``tablegen compute --mechanism gaussian`` at sigma 0.2-50, n 1e3-1e9, delta 1e-6
   (target: 1 s).
+* ``sweep``: in-process ``eps_bounds`` with its lower bound over 360 points (sigma 0.2, 0.25, 0.3, 0.4, 0.5,
+  0.7, 1, 2, 5, 50 x n 2, 1e2, ..., 1e9 x delta 1e-3, 1e-6, 1e-9, 1e-12; ``--quick``: 8 of them), after one
+  answer that warms the process: median, 90th percentile, largest seconds and the slowest points (target 1 s).
 * ``file``: the shipped sigma file (data/gaussian.sheps) against the live engine on 40 random queries (seed 7;
   sigma log-uniform in [0.5, 50], n in [1e2, 1e9], delta in [1e-12, 1e-3]; ``--quick``: 5): the file's answer
   over the live certified eps (median, quartiles, largest), whether every answer is at or above the engine's
@@ -74,6 +77,30 @@ def part_time(quick: bool) -> None:
     print()
 
 
+def part_sweep(quick: bool) -> None:
+    import numpy as np
+
+    from tablegen.engine import gaussian
+
+    sigmas = (0.7, 1.0) if quick else (0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0, 2.0, 5.0, 50.0)
+    ns = (100, 10**5) if quick else (2, *(10**k for k in range(2, 10)))
+    deltas = (1e-3, 1e-6) if quick else (1e-3, 1e-6, 1e-9, 1e-12)
+    gaussian.eps_bounds(1.0, 1000, 1e-6)  # the process's first answer pays numpy's and scipy's first calls
+    points = []
+    for sigma in sigmas:
+        for n in ns:
+            for delta in deltas:
+                start = time.perf_counter()
+                gaussian.eps_bounds(sigma, n, delta)
+                points.append((time.perf_counter() - start, sigma, n, delta))
+    seconds = np.array([p[0] for p in points])
+    print(f"## live answers in-process with their lower bound, {len(points)} points (2-core machine; target 1 s)\n")
+    print(f"- median {np.median(seconds):.3f} s, 90th percentile {np.quantile(seconds, 0.9):.3f} s, largest "
+          f"{seconds.max():.3f} s; above 1 s: {int((seconds > 1).sum())}")
+    print("- slowest: " + ", ".join(f"sigma {s:g}, n {n:.0e}, delta {d:.0e}: {t:.2f} s"
+                                     for t, s, n, d in sorted(points, reverse=True)[:5]) + "\n")
+
+
 def part_file(quick: bool) -> None:
     import math
     import random
@@ -110,7 +137,7 @@ def part_file(quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     common.print_parts("gaussian", __doc__, {"compare": part_compare, "table": part_table, "time": part_time,
-                                             "file": part_file}, argv)
+                                             "sweep": part_sweep, "file": part_file}, argv)
 
 
 if __name__ == "__main__":
