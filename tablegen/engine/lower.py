@@ -53,16 +53,18 @@ REFINE, REFINE_SHARE = 16, 1e-4
 DROP_BLOCK = 2**18  # edges x pairs per pass of _cell_drops
 
 
-def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION) -> np.ndarray:
+def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
+                max_gap: float = MAX_GAP) -> np.ndarray:
     """Certified lower bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
 
     NaN where the spectral path declines; the caller uses the FFT path there.  The live path
     (``eps_bounds``, ``proves_above``, and so ``verify``): period and nodes at e^-TAIL_LOG, tilted
     at the saddlepoint, as engine 4, so a stored lower bound an earlier engine proved with a thin
-    margin is proved again.
+    margin is proved again.  ``max_gap``: the widest rounding bracket answered (a caller without an
+    FFT path to fall back on takes SLICE_MAX_GAP: the bracket's lower end is certified at any width).
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
-    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution, TAIL_LOG, 0.0, MAX_GAP)[0].reshape(eps_b.shape)
+    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution, TAIL_LOG, 0.0, max_gap)[0].reshape(eps_b.shape)
 
 
 def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,

@@ -114,7 +114,7 @@ def test_each_cells_of_the_exact_pair_stay_below_monte_carlo(sigma: float, clip:
     assert np.all(lower <= mc + 4 * se) and np.all(lower >= 0.85 * mc)
 
 
-@pytest.mark.parametrize("n,ratio", [(10**8, "1.68x"), (10**9, "1.53x")])
+@pytest.mark.parametrize("n,ratio", [(10**8, "1.54x"), (10**9, "1.53x")])
 def test_the_lower_bound_is_within_two_at_large_n_and_small_sigma(n: int, ratio: str) -> None:
     """sigma 0.5, delta 1e-6: the exact pairs on nearer cells where the far ones are declined (4.8x and
     6.9x before); the ratios docs/mechanisms.md quotes."""
@@ -122,7 +122,7 @@ def test_the_lower_bound_is_within_two_at_large_n_and_small_sigma(n: int, ratio:
     assert 0 < b.lower <= b.upper <= 2 * b.lower
     assert b.upper / b.lower == pytest.approx(float(ratio[:-1]), abs=0.005)
     page = " ".join((Path(__file__).resolve().parents[3] / "docs" / "mechanisms.md").read_text().split())
-    assert "1.68x and 1.53x now" in page
+    assert "1.54x and 1.53x now" in page
 
 
 def _direct_blanket_eps(sigma: float, n: int, delta: float) -> float:
@@ -362,3 +362,22 @@ def test_the_plans_declined_above_the_gaussians_tilt_limit_would_bound_nothing()
         np.testing.assert_allclose(declined[~np.isnan(declined)], lifted[~np.isnan(declined)], rtol=1e-9)
         lost += int(useless.sum())
     assert lost
+
+
+@pytest.mark.parametrize("sigma,clip,eps", [(0.5, 8.0, [0.0631, 0.1, 0.1585, 0.2512, 0.3981]),
+                                            (0.7, 6.0, [0.1, 0.1585, 0.2512])])
+def test_the_exact_pair_at_the_slices_wider_bracket_stays_below_monte_carlo(sigma: float, clip: float,
+                                                                            eps: list[float]) -> None:
+    """n 300: where the live 5% bracket declines the exact pair (others at 0, target 1 against 0), the lower
+    end of the bracket up to lower.SLICE_MAX_GAP, which gaussian.delta_lower takes, is answered, at most a
+    seeded Monte Carlo of the pair's delta (4 standard errors) and within 20% of it."""
+    n, eps = 300, np.array(eps)
+    rng = np.random.default_rng(11)
+    y = rng.normal(0.0, sigma, size=(40_000, n))
+    ratio = np.exp((2 * y - 1) / (2 * sigma**2)).mean(axis=1)
+    sample = np.maximum(ratio[:, None] - np.exp(eps)[None, :], 0.0)
+    mc, se = sample.mean(axis=0), sample.std(axis=0) / math.sqrt(sample.shape[0])
+    target_one = law.exact_pairs(sigma, clip=clip)[0]
+    assert np.all(np.isnan(spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n))))
+    wide = spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n), max_gap=spectral_lower.SLICE_MAX_GAP)
+    assert np.all(wide <= mc + 4 * se) and np.all(wide >= 0.8 * mc)
