@@ -28,7 +28,7 @@ from lookup.format import SIGNATURE, SIGNED_TABLE, TableError, listing_digest  #
 PINNED = {
     "bf90a689472f1ac4fd932f06034bc77f3d8a57af6046e75f0b1a6f0ae6d61a89": "default.zarr",
     "0bb439e405e03dcceea7b7c634920f028e41559636f8de33df24c581592e25d1": "protocols.zarr",
-    "0d3f0babed433f96ef67a5f37d32eaa042535c6e3010e7a2a175fd8b1fa336d4": "gaussian.sheps",  # the device file's
+    "60f823f2ac093f7b691a1ec002abddc7a910225b1ad2b3981c5cd1acf48b5439": "gaussian.sheps",  # the device file's
     # header SHA-256 (lookup.device.files: it seals the header and the payload)
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
