@@ -142,14 +142,13 @@ def delta_upper(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, 
 
 def delta_lower(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
     """The largest of the sum of the outputs' delta, the largest report's (``law.largest_report_delta`` on
-    ``law.LARGEST_Z``) and the exact pairs' lower bounds on the spectral lower path, answered up to the
-    slices' rounding bracket (``lower.SLICE_MAX_GAP``: its lower end is certified at any width; at the live
-    5% the pairs were declined from eps 0.011 on at sigma 0.5, n 1e5, and delta 1e-3's lower eps was 0.0177
-    instead of 0.027, upper 0.049) (a pair it declines counts 0: a lower bound too, in milliseconds; the FFT
-    path would take seconds there), their cells
-    ending at the first of ``law.pair_clips``, then, from NEAR_CELLS_USERS users on, at the next ones for
-    the eps where every pair was declined (at sigma 0.5, n 1e9, delta 1e-6 the lower eps rises from 1.1e-4
-    to 5.0e-4, upper 7.7e-4)."""
+    ``law.LARGEST_Z``) and the exact pairs' lower bounds on the spectral lower path (a pair it declines
+    counts 0: a lower bound too, in milliseconds; the FFT path would take seconds there), answered up to the
+    slices' rounding bracket, ``lower.SLICE_MAX_GAP``, whose lower end is certified at any width (at the
+    live 5% the pairs were declined from eps 0.011 on at sigma 0.5, n 1e5, where delta 1e-3's lower eps was
+    0.0177 instead of 0.031, upper 0.049), their cells ending at the first of ``law.pair_clips``, then, from
+    NEAR_CELLS_USERS users on, at the next ones for the eps where every pair was declined (at sigma 0.5, n 1e9,
+    delta 1e-6 the lower eps rises from 1.1e-4 to 5.0e-4, upper 7.7e-4)."""
     out = law.sum_delta(sigma, n, eps)
     if n == 1:
         return out
