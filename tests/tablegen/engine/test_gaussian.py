@@ -97,6 +97,16 @@ def test_the_lower_bound_is_below_monte_carlo_of_its_pair() -> None:
     assert b.upper >= mc - 4 * se
 
 
+def _exact_pair_monte_carlo(sigma: float, n: int, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(delta, standard error) of the exact pair (others at 0, target 1 against 0) at each eps, seeded Monte
+    Carlo: E[((1/n) sum_i e^(t_i) - e^eps)_+], t_i = (2 y_i - 1) / (2 sigma^2), y_i ~ N(0, sigma^2)."""
+    rng = np.random.default_rng(11)
+    y = rng.normal(0.0, sigma, size=(40_000, n))
+    ratio = np.exp((2 * y - 1) / (2 * sigma**2)).mean(axis=1)
+    sample = np.maximum(ratio[:, None] - np.exp(eps)[None, :], 0.0)
+    return sample.mean(axis=0), sample.std(axis=0) / math.sqrt(sample.shape[0])
+
+
 @pytest.mark.parametrize("sigma,clip,eps", [(2.0, 14.0, [0.01, 0.02, 0.05]), (0.7, 8.0, [0.05, 0.1]),
                                             (0.7, 6.0, [0.05])])
 def test_each_cells_of_the_exact_pair_stay_below_monte_carlo(sigma: float, clip: float, eps: list[float]) -> None:
@@ -104,11 +114,7 @@ def test_each_cells_of_the_exact_pair_stay_below_monte_carlo(sigma: float, clip:
     (n 500, where the spectral lower path evaluates each): at most a seeded Monte Carlo of its delta,
     E[((1/n) sum_i e^(t_i) - e^eps)_+] (4 standard errors), and within 15% of it."""
     n, eps = 500, np.array(eps)
-    rng = np.random.default_rng(11)
-    y = rng.normal(0.0, sigma, size=(40_000, n))
-    ratio = np.exp((2 * y - 1) / (2 * sigma**2)).mean(axis=1)
-    sample = np.maximum(ratio[:, None] - np.exp(eps)[None, :], 0.0)
-    mc, se = sample.mean(axis=0), sample.std(axis=0) / math.sqrt(sample.shape[0])
+    mc, se = _exact_pair_monte_carlo(sigma, n, eps)
     target_one = law.exact_pairs(sigma, clip=clip)[0]
     lower = spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n))
     assert np.all(lower <= mc + 4 * se) and np.all(lower >= 0.85 * mc)
@@ -372,11 +378,7 @@ def test_the_exact_pair_at_the_slices_wider_bracket_stays_below_monte_carlo(sigm
     end of the bracket up to lower.SLICE_MAX_GAP, which gaussian.delta_lower takes, is answered, at most a
     seeded Monte Carlo of the pair's delta (4 standard errors) and within 20% of it."""
     n, eps = 300, np.array(eps)
-    rng = np.random.default_rng(11)
-    y = rng.normal(0.0, sigma, size=(40_000, n))
-    ratio = np.exp((2 * y - 1) / (2 * sigma**2)).mean(axis=1)
-    sample = np.maximum(ratio[:, None] - np.exp(eps)[None, :], 0.0)
-    mc, se = sample.mean(axis=0), sample.std(axis=0) / math.sqrt(sample.shape[0])
+    mc, se = _exact_pair_monte_carlo(sigma, n, eps)
     target_one = law.exact_pairs(sigma, clip=clip)[0]
     assert np.all(np.isnan(spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n))))
     wide = spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n), max_gap=spectral_lower.SLICE_MAX_GAP)
