@@ -33,6 +33,11 @@ DOCS = common.ROOT / "docs"
 PLOTS = DOCS / "plots.md"
 
 
+def _shown(page: Path) -> str:
+    """A page written, as the results file records it: relative to the repository where inside it."""
+    return str(page.relative_to(common.ROOT)) if page.is_relative_to(common.ROOT) else str(page)
+
+
 def _out(args: argparse.Namespace) -> Path:
     """The docs folder to write into: ``--out``, else docs/ (``--quick``: a temporary folder)."""
     if args.out is None:
@@ -154,7 +159,7 @@ def mechanisms(args: argparse.Namespace) -> list[str]:
     from tablegen.mechanisms import MECHANISMS
 
     table = Path(args.table)
-    shown = table.relative_to(common.ROOT) if table.is_relative_to(common.ROOT) else table
+    shown = _shown(table)
     lines = ["# Mechanism reference", "",
              "Every randomizer tablegen knows (`tablegen compute --mechanism NAME`, `lookup eps --mechanism NAME`).",
              "A mechanism is data: the decompositions of G = u - e^eps v (probability c) its certified bound",
@@ -180,7 +185,7 @@ def mechanisms(args: argparse.Namespace) -> list[str]:
             lines += ["", "No lower bound."]
     page = _out(args) / "mechanisms.md"
     page.write_text("\n".join(lines) + "\n")
-    return [f"- wrote {page}: {len(MECHANISMS)} mechanisms, tightness over `{shown}`"]
+    return [f"- wrote {_shown(page)}: {len(MECHANISMS)} mechanisms, tightness over `{shown}`"]
 
 
 def tightness(args: argparse.Namespace) -> list[str]:
@@ -193,7 +198,7 @@ def tightness(args: argparse.Namespace) -> list[str]:
     page = _out(args) / "tightness.md"
     page.write_text(grid.run(cases, eps0s, ns, deltas, args.jobs, cache, args.mem_gib, args.cell_timeout,
                              args.retry_errors))
-    return [f"- wrote {page}: {len(cases)} mechanisms x {len(eps0s)} eps0 x {len(ns)} n x {len(deltas)} deltas"]
+    return [f"- wrote {_shown(page)}: {len(cases)} mechanisms x {len(eps0s)} eps0 x {len(ns)} n x {len(deltas)} deltas"]
 
 
 PARTS: dict[str, common.Part] = {"plots": plots, "papers": papers, "mechanisms": mechanisms, "tightness": tightness}
