@@ -262,7 +262,7 @@ def _bracket(sigma: float, n: int, delta: float, tried: list[tuple[float, float]
     ``known``: plans' values at the grid's ends, evaluated before (a second round's ends are the first's
     bracket; at sigma 1, n 100 one plan cost 0.4 s there again)."""
     each = _grid_values(sigma, n, grid, tried, known) if known else _up_to_certified(sigma, n, delta, grid, tried)
-    values = each.min(axis=0) * (1 + FLOAT_SLACK)
+    values = _smallest(each)
     ok = np.flatnonzero(values <= delta)
     if not ok.size:
         raise ValueError(f"no eps up to {grid[-1]:g} is certified at delta={delta:g} for sigma={sigma:g}, n={n}")
@@ -287,9 +287,15 @@ def _up_to_certified(sigma: float, n: int, delta: float, grid: np.ndarray, tried
     for start in range(0, grid.size, GRID_CHUNK):
         chunk = slice(start, start + GRID_CHUNK)
         each[:, chunk] = plan_values(sigma, n, grid[chunk], tried)
-        if np.any(each[:, chunk].min(axis=0) * (1 + FLOAT_SLACK) <= delta):
+        if np.any(_smallest(each[:, chunk]) <= delta):
             break
     return each
+
+
+def _smallest(each: np.ndarray) -> np.ndarray:
+    """Each eps's smallest bound over the plans (rows of ``each``), pushed up by FLOAT_SLACK: what a grid
+    point certifies."""
+    return each.min(axis=0) * (1 + FLOAT_SLACK)
 
 
 def _grid_values(sigma: float, n: int, grid: np.ndarray, tried: list[tuple[float, float]],
