@@ -57,6 +57,7 @@ CURVE_NUDGE = 0.005  # refinement points this far past the predicted crossing
 CURVE_WIDE = 0.1  # brackets wider than this (relative) are also halved
 CURVE_TOL = 0.01  # a delta whose answer is predicted this close to its crossing is not refined further
 CURVE_ROUNDS = 3  # rounds of them
+CURVE_NEAR = 4.0  # the refinement evaluates only the plans within this factor of delta at its bracket's end
 CURVE_LOWER_ROUNDS = 2  # and for the lower bounds
 NEAR_CELLS_USERS = 10**5  # the exact pairs on nearer cells from here on: below it the largest report decides
 # every lower bound of the shipped sigma file (the 132 cells they raise have n >= 5.6e5), and they cost about
@@ -113,7 +114,7 @@ def single_user(sigma: float, eps: np.ndarray) -> np.ndarray:
 def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float) -> np.ndarray:
     """A + B of one plan at each eps (inf where the spectral path declines)."""
     d = law.blanket(sigma, clip, shift)
-    main = spectral.delta_upper(d, eps, np.full(eps.shape, n), useless_log=USELESS_TILT)
+    main = spectral.delta_upper(d, eps, np.full(eps.shape, n), useless_log=USELESS_TILT, phase_products=True)
     main = np.where(np.isfinite(main), main, np.inf)
     return main + jump_series(sigma, clip, n, n * shift * np.expm1(eps))
 
@@ -159,7 +160,7 @@ def delta_lower(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:
         for d in law.exact_pairs(sigma, clip=clip):
             try:
                 value = spectral_lower.delta_lower(d, eps[pending], np.full(proved.shape, n),
-                                                   max_gap=spectral_lower.SLICE_MAX_GAP)
+                                                   max_gap=spectral_lower.SLICE_MAX_GAP, phase_products=True)
             except ValueError:  # a plan the spectral path cannot size (sigma 10, n 1e9, eps 3e-5): proves nothing
                 continue
             out[pending] = np.maximum(out[pending], np.nan_to_num(value, nan=0.0))
@@ -317,12 +318,21 @@ def delta_curve(sigma: float, n: int, eps: np.ndarray, smallest: float = DELTA_L
     itself).  A composition's profile must reach its tail cut (1e-30): without clips for such deltas the
     bound stalls at the largest clip's excess (about 1e-20 at sigma 4), so ``compose`` asks for 1e-35."""
     sigma, n = _checked(sigma, n)
-    eps = np.asarray(eps, dtype=float)
+    return _floored(delta_upper(sigma, n, np.asarray(eps, dtype=float), curve_plans(sigma, n, smallest))[0])
+
+
+def curve_plans(sigma: float, n: int, smallest: float = DELTA_LADDER[-1]) -> list[tuple[float, float]]:
+    """``delta_curve``'s plans: those of DELTA_LADDER's deltas and the plain clips of every fifth decade below
+    it down to ``smallest`` (plain only: they reach the tail, 5.9e-40 at sigma 4, and the shifted plans below
+    them would cost a third more)."""
     deeper = 10.0 ** np.arange(math.log10(DELTA_LADDER[-1]) - 5, math.log10(smallest) - 5 + 1e-9, -5)
     tried = plans(sigma, *DELTA_LADDER, n=n)
-    tried += [plan for plan in {(plain_clip(sigma, d), 0.0) for d in deeper} if plan not in tried]  # plain only:
-    # they reach the tail (5.9e-40 at sigma 4), and the shifted plans below them would cost a third more
-    return np.maximum(delta_upper(sigma, n, eps, tried)[0], DELTA_FLOOR)  # never 0
+    return tried + [plan for plan in {(plain_clip(sigma, d), 0.0) for d in deeper} if plan not in tried]
+
+
+def _floored(delta: np.ndarray) -> np.ndarray:
+    """Certified deltas raised to DELTA_FLOOR (never 0)."""
+    return np.maximum(delta, DELTA_FLOOR)
 
 
 def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -342,11 +352,15 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
     closed = np.array([_closed_form_eps_lower(sigma, n, float(d)) for d in deltas])
     top = single_user_eps(sigma, float(deltas.min()))
     grid = _first_grid(closed, SEARCH_FLOOR * top, top)
-    upper = delta_curve(sigma, n, grid)
-    if upper.min() > deltas.min():  # a delta no point certifies yet: on to the single-user eps, which does
-        more = np.geomspace(grid[-1], top, CURVE_POINTS // 2)[1:]
-        grid, upper = np.append(grid, more), np.append(upper, delta_curve(sigma, n, more))
-    grid_up, upper = _refined(lambda eps: delta_curve(sigma, n, eps), grid, upper, deltas, CURVE_ROUNDS, 1.0)
+    tried = curve_plans(sigma, n)
+    each = plan_values(sigma, n, grid, tried)
+    if _floored(_smallest(each)).min() > deltas.min():  # a delta no point certifies yet: on to the single-user
+        more = np.geomspace(grid[-1], top, CURVE_POINTS // 2)[1:]  # eps, which does
+        grid, each = np.append(grid, more), np.append(each, plan_values(sigma, n, more, tried), axis=1)
+    upper = _floored(_smallest(each))
+    kept = _near_plans(each, np.array(_crossings(upper, deltas)), deltas, tried)
+    grid_up, upper = _refined(lambda eps: _floored(delta_upper(sigma, n, eps, kept)[0]), grid, upper, deltas,
+                              CURVE_ROUNDS, 1.0)
     j = np.array(_crossings(upper, deltas))
     if np.any(upper[j] > deltas):  # cannot happen: the grid ends at single_user_eps, which certifies every delta
         raise ValueError(f"no eps up to {grid_up[-1]:g} is certified at some delta for sigma={sigma:g}, n={n}")
@@ -359,6 +373,18 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
     above = lower[None, :] > deltas[:, None]
     from_grid = np.where(above.any(axis=1), grid_low[grid_low.size - 1 - np.argmax(above[:, ::-1], axis=1)], 0.0)
     return np.asarray(certified, dtype=float), np.minimum(np.maximum(from_grid, closed), certified)
+
+
+def _near_plans(each: np.ndarray, crossings: np.ndarray, deltas: np.ndarray, tried: list[tuple[float, float]]
+                ) -> list[tuple[float, float]]:
+    """The plans (rows of ``each``, E[G_+] last) whose bound at some delta's first certified point
+    (``crossings``) is within CURVE_NEAR of that delta: the only ones the refinement inside the brackets
+    evaluates (with E[G_+]).  A plan's bound falls with eps, so one above CURVE_NEAR delta there is above it
+    throughout the bracket, where the refinement's points lie within about 1% of the crossing (the smallest
+    bound about delta): it is neither the smallest bound there nor certifies delta.  Only tightness rests
+    on it (a plan left out can only leave a point's bound higher)."""
+    near = each[:-1, crossings] <= CURVE_NEAR * deltas
+    return [plan for plan, keep in zip(tried, near.any(axis=1), strict=True) if keep]
 
 
 def _first_grid(closed: np.ndarray, floor: float, top: float) -> np.ndarray:

@@ -54,7 +54,7 @@ DROP_BLOCK = 2**18  # edges x pairs per pass of _cell_drops
 
 
 def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
-                max_gap: float = MAX_GAP) -> np.ndarray:
+                max_gap: float = MAX_GAP, phase_products: bool = False) -> np.ndarray:
     """Certified lower bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
 
     NaN where the spectral path declines; the caller uses the FFT path there.  The live path
@@ -62,14 +62,16 @@ def delta_lower(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: fl
     at the saddlepoint, as engine 4, so a stored lower bound an earlier engine proved with a thin
     margin is proved again.  ``max_gap``: the widest rounding bracket answered (a caller without an
     FFT path to fall back on takes SLICE_MAX_GAP: the bracket's lower end is certified at any width).
+    ``phase_products``: as in ``spectral.delta_upper``.
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
-    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution, TAIL_LOG, 0.0, max_gap)[0].reshape(eps_b.shape)
+    return delta_lower_upper(d, eps_b.ravel(), n_b.ravel(), resolution, TAIL_LOG, 0.0, max_gap,
+                             phase_products)[0].reshape(eps_b.shape)
 
 
 def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
                       tail_log: float = LOWER_TAIL_LOG, floor_z: float = LOWER_FLOOR_Z,
-                      max_gap: float = SLICE_MAX_GAP) -> tuple[np.ndarray, np.ndarray]:
+                      max_gap: float = SLICE_MAX_GAP, phase_products: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``delta_lower`` for pairs (eps_b, n_b) (1-D), and from the same Parseval sums a certified
     UPPER bound on the same delta (``spectral._Plan.upper``: aliasing and dropped nodes added,
     valid at any period and resolution; NaN where the plan declines).  By default at the lower
@@ -79,7 +81,7 @@ def delta_lower_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resoluti
     pairs = np.flatnonzero(spectral.spread(d, n))
     if pairs.size:
         used, row = np.unique(eps[pairs], return_inverse=True)
-        plans = spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, tail_log, floor_z)
+        plans = spectral.spread_plans(d, used, row.ravel(), n[pairs], resolution, tail_log, floor_z, phase_products)
         for which, plan, law_eps in plans:
             atoms = _Atoms(d, law_eps, plan.law)
             for idx in plan.batches():

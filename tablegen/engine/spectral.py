@@ -38,6 +38,7 @@ FAR_SPLIT = 16
 FAR_LEVELS = 3
 FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
 FAR_ROWS = 64
+PHASE_PRODUCT_ERR = 20 * U  # what those products add to psi's error, per unit weight (``_pair_phases``)
 GROUP_PHASE_ERR = 5 * FAR_SPLIT * U  # the phase recurrence of _Lattice._pair_abs_psi over a group (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 CHERNOFF_GRID = 24  # mu values of the Chernoff table (any is valid): 48 cost 9% of a Laplace slice, same to 2.7e-5
@@ -57,19 +58,23 @@ PAIR_NS, HORNER_NODE_NS, HORNER_STEP_NS, FFT_NS = 35.0, 3.0, 4000.0, 1.0
 
 
 def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: float = RESOLUTION,
-                useless_log: float = USELESS_LOG) -> np.ndarray:
+                useless_log: float = USELESS_LOG, phase_products: bool = False) -> np.ndarray:
     """Certified upper bound on (1/n) E[(G_1+...+G_n)_+] for each pair (eps_b, n_b) (broadcast).
 
     NaN where the spectral path declines (too many frequencies, or a tilt factor above e^``useless_log``:
-    ``_Plan``); the caller uses the FFT path.
+    ``_Plan``); the caller uses the FFT path.  ``phase_products``: the pair form may take long runs of
+    phases as products (``_pair_phases``: cheaper, a little more error; off, the tables' values stay
+    those they were built with).
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
     unique, row = np.unique(eps_b.ravel(), return_inverse=True)
-    return delta_pairs(d, unique, row.ravel(), n_b.ravel(), resolution, useless_log).reshape(eps_b.shape)
+    return delta_pairs(d, unique, row.ravel(), n_b.ravel(), resolution, useless_log,
+                       phase_products).reshape(eps_b.shape)
 
 
 def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray,
-                resolution: float = RESOLUTION, useless_log: float = USELESS_LOG) -> np.ndarray:
+                resolution: float = RESOLUTION, useless_log: float = USELESS_LOG, phase_products: bool = False
+                ) -> np.ndarray:
     """Upper bounds for the pairs (eps[row_b], n_b): the per-eps work (rounding, tilting, bounds
     on |psi|) is done once per distinct eps and shared by every n (NaN where declined)."""
     out = np.full(row.shape, np.nan)
@@ -78,7 +83,7 @@ def delta_pairs(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarra
         pairs = np.flatnonzero(split == half)
         if pairs.size:
             for which, law, law_row, _ in _laws(d, eps, row[pairs], n[pairs], resolution, half):
-                _fill(out, pairs[which], law, law_row, n[pairs[which]], half, useless_log)
+                _fill(out, pairs[which], law, law_row, n[pairs[which]], half, useless_log, phase_products)
     return out
 
 
@@ -112,23 +117,26 @@ def _laws(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, res
 
 
 def _fill(out: np.ndarray, pairs: np.ndarray, law: _Lattice, row: np.ndarray, n: np.ndarray, half: bool,
-          useless_log: float) -> None:
+          useless_log: float, phase_products: bool) -> None:
     """out[pairs] = upper bounds for (law row, n) (NaN stays where the plan declines)."""
     if not pairs.size:
         return
-    plan = _Plan(law, row, n, MAX_NODES if half else MAX_ALL_NODES, useless_log=useless_log)
+    plan = _Plan(law, row, n, MAX_NODES if half else MAX_ALL_NODES, useless_log=useless_log,
+                 phase_products=phase_products)
     for idx in plan.batches():
         out[pairs[idx]] = plan.evaluate(idx)
 
 
 def spread_plans(d: Decomposition, eps: np.ndarray, row: np.ndarray, n: np.ndarray, resolution: float,
-                 tail_log: float = TAIL_LOG, floor_z: float = FLOOR_Z) -> list[tuple[np.ndarray, _Plan, np.ndarray]]:
+                 tail_log: float = TAIL_LOG, floor_z: float = FLOOR_Z, phase_products: bool = False
+                 ) -> list[tuple[np.ndarray, _Plan, np.ndarray]]:
     """Steps 1-4 on the half-split lattice for the pairs (eps[row_b], n_b), without the final
     bound: the shared part of upper and lower bounds (``lower.py`` uses ``plan.law``,
     ``plan.batches()`` and ``plan.parseval``), as (which pairs, plan, its law rows' eps) for the
     pairs tilted at the saddlepoint and those tilted at a floor lambda (``_laws``); the period
-    and the nodes summed sized at e^-``tail_log``."""
-    return [(which, _Plan(law, law_row, n[which], MAX_NODES, tail_log, tail_log), law_eps)
+    and the nodes summed sized at e^-``tail_log`` (``phase_products``: as in ``delta_upper``)."""
+    return [(which, _Plan(law, law_row, n[which], MAX_NODES, tail_log, tail_log, phase_products=phase_products),
+             law_eps)
             for which, law, law_row, law_eps in _laws(d, eps, row, n, resolution, True, floor_z)]
 
 
@@ -334,28 +342,27 @@ class _Lattice:
         return out
 
     def _pair_abs_psi(self, rows: np.ndarray, theta: np.ndarray, width: np.ndarray, group: int) -> np.ndarray:
-        """Pair form; the phases e^(i theta (y_q - c)) of a group's cells by the recurrence
+        """Pair form, psi(theta) = A + e^(i theta) B with A = sum_q a_q e^(i theta (y_q - c)) and B
+        the same with b_q (two products of the phases with the weights per group: one batched
+        matrix product); the phases e^(i theta (y_q - c)) of a group's cells by the recurrence
         e^(i (theta + width) y) = e^(i theta y) e^(i width y) from the group's first cell (one
         complex product per cell and pair instead of an exponential; a loop over the group's
         cells, each product one vectorised pass).  The j-th cell's phase carries the first
         exponential's error (U |theta y| for its argument, 2 U for cosine and sine) and j times
         the step's (U |width y| + 2 U) and a product's (sqrt 5 U): in all U |theta_j y|
         (<= pi U |y|, inside 16 U (|y| + 1)) plus 2 U + (group - 1) 4.3 U <= GROUP_PHASE_ERR
-        per unit weight."""
+        per unit weight.  The sums (any order: Q U relative each, 2 U per term for the products)
+        and e^(i theta) B (9.4 U for the exponential, sqrt 5 U for the product, per unit of b)
+        stay inside the pair form's 24 U + 4 Q U per unit weight in ``psi_err``."""
         first = slice(None, None, group)  # cells (groups, group): a group's cells share its row
-        shape = (rows.size // group, group, 1)
-        pair = self.pair_weights[rows[first]][:, None]
-        coef_re = pair[..., 0] + pair[..., 1] * np.cos(theta).reshape(shape)
-        coef_im = pair[..., 1] * np.sin(theta).reshape(shape)
         rel = self.pair_base[rows[first]] - self.centre[rows[first], None]
-        phases = np.empty(coef_re.shape, dtype=complex)
+        phases = np.empty((rel.shape[0], group, rel.shape[1]), dtype=complex)
         phases[:, 0] = np.exp(1j * theta[first, None] * rel)
         step = np.exp(1j * width[first, None] * rel)
         for j in range(1, group):
             np.multiply(phases[:, j - 1], step, out=phases[:, j])
-        re = np.einsum("gcj,gcj->gc", coef_re, phases.real) - np.einsum("gcj,gcj->gc", coef_im, phases.imag)
-        im = np.einsum("gcj,gcj->gc", coef_re, phases.imag) + np.einsum("gcj,gcj->gc", coef_im, phases.real)
-        return np.hypot(re, im).ravel()
+        sums = phases @ self.pair_weights[rows[first]].astype(complex)  # (groups, group, 2): A and B
+        return np.abs(sums[..., 0] + np.exp(1j * theta).reshape(sums.shape[:2]) * sums[..., 1]).ravel()
 
     def _chernoff_table(self) -> None:
         """log E_lambda[e^(mu (K - mean))] on a grid of mu > 0 and mu < 0, per eps."""
@@ -462,8 +469,10 @@ class _Plan:
     """Per-(eps, n) part: shift, period K, node cut-off and the dropped-node bound."""
 
     def __init__(self, law: _Lattice, row: np.ndarray, n: np.ndarray, max_nodes: int,
-                 alias_log: float = ALIAS_LOG, tail_log: float = TAIL_LOG, useless_log: float = USELESS_LOG) -> None:
+                 alias_log: float = ALIAS_LOG, tail_log: float = TAIL_LOG, useless_log: float = USELESS_LOG,
+                 phase_products: bool = False) -> None:
         self.law, self.row, self.n, self.max_nodes = law, row, n, max_nodes
+        self.phase_products = phase_products
         self.alias_log, self.tail_log = alias_log, tail_log
         nf = n.astype(float)
         lam = law.lam[row]
@@ -652,7 +661,10 @@ class _Plan:
             re[at], im[at] = psi.real, psi.imag
         if not dense.all():
             at = rest[~dense]
-            re[at], im[at] = self._pair_psi(pr, period_p, row[at], k[at], cos_t[at], sin_t[at])
+            re[at], im[at], product = self._pair_psi(pr, period_p, row[at], k[at], cos_t[at], sin_t[at])
+            if product:
+                pairs = np.unique(row[at])
+                psi_err[pairs] += PHASE_PRODUCT_ERR * np.sum(self.law.weights[pr[pairs]], axis=1) * (1 + 1e-9)
         return re, im, psi_err
 
     def _by_fft(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -690,18 +702,19 @@ class _Plan:
         return table[offset[pair_combo[row]] + k], err[combo.ravel()]
 
     def _pair_psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
-                  sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice), and whether
+        the phases were taken as products (``_pair_phases``: ``PHASE_PRODUCT_ERR`` more error)."""
         law = self.law
-        # psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice)
         rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
-        phase = (2 * np.pi / period_p.astype(float))[row, None] * ((k[:, None] * rel_p[row]) % period_p[row, None])
-        cos_p, sin_p = np.cos(phase), np.sin(phase)
+        cos_p, sin_p, product = (_pair_phases(rel_p, period_p, row, k) if self.phase_products
+                                 else (*_direct_phases(rel_p, period_p, row, k), False))
         pair = law.pair_weights[pr][row]
         coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
         coef_im = pair[:, :, 1] * sin_t[:, None]
         re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
         im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
-        return re, im
+        return re, im, product
 
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
@@ -756,6 +769,46 @@ def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np
     most = np.zeros(x.shape[0], dtype=np.int64)
     np.maximum.at(most, start // x.shape[1], runs)
     return merged_x, merged_p, (most - 1) * U
+
+
+def _pair_phases(rel_p: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """cos and sin of the phases 2 pi ((k x) mod K) / K of the nodes (pair ``row``, index ``k``)
+    at the pair atoms' offsets x (``rel_p``, per pair), and whether they were taken as products.
+
+    Directly, each phase costs a cosine and a sine.  Where the nodes come in runs of one pair
+    (the Gaussian's long periods: 16,000 nodes of one pair), k = h + l with l = k mod s (s a
+    power of two near the square root of the nodes per pair): e^(i phase(k)) = e^(i phase(h))
+    e^(i phase(l)) exactly ((h x + l x) mod K = (k x) mod K), each factor computed directly once
+    per distinct (pair, h) or (pair, l), one complex product per node and atom.  Each factor errs
+    as a direct phase does, eps_d <= 2.36 U 2 pi + 2^0.5 U <= 16.3 U (the angle's three
+    roundings, then cosine and sine within an ulp each: |e^(ia) - e^(ib)| <= |a - b|), the
+    product of two by 2 eps_d + eps_d^2 and its rounding by 2.01 U 2^0.5 (each part a difference
+    of two rounded products, |A C| + |S D| <= (1 + eps_d)^2): 35.5 U in all, 19.2 U more than a
+    direct phase, which ``PHASE_PRODUCT_ERR`` (20 U per unit weight, |a + b e^(i theta)| <=
+    (a + b)(1 + 9.4 U)) adds to psi's error.  Products are used only where they evaluate at
+    most half of the phases."""
+    if row.size == 0:
+        return *_direct_phases(rel_p, period_p, row, k), False
+    per_pair = row.size / np.unique(row).size
+    split = 2 ** int(np.clip(np.round(np.log2(per_pair) / 2), 2, 10))  # about sqrt(nodes per pair)
+    low = k % split
+    span = int(k.max()) - int(k.max()) % split + 1
+    high_key, high_at = np.unique(row * span + (k - low), return_inverse=True)  # span <= K / 2 + 1: exact
+    low_key, low_at = np.unique(row * split + low, return_inverse=True)
+    if 2 * (high_key.size + low_key.size) > row.size:
+        return *_direct_phases(rel_p, period_p, row, k), False
+    cos_h, sin_h = _direct_phases(rel_p, period_p, high_key // span, high_key % span)
+    cos_l, sin_l = _direct_phases(rel_p, period_p, low_key // split, low_key % split)
+    cos_h, sin_h, cos_l, sin_l = cos_h[high_at], sin_h[high_at], cos_l[low_at], sin_l[low_at]
+    return cos_h * cos_l - sin_h * sin_l, cos_h * sin_l + sin_h * cos_l, True
+
+
+def _direct_phases(rel_p: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of 2 pi ((k x) mod K) / K from exact integers ((k x) mod K in int64)."""
+    phase = (2 * np.pi / period_p.astype(float))[row, None] * ((k[:, None] * rel_p[row]) % period_p[row, None])
+    return np.cos(phase), np.sin(phase)
 
 
 def ramp(counts: np.ndarray) -> np.ndarray:

@@ -383,3 +383,12 @@ def test_the_exact_pair_at_the_slices_wider_bracket_stays_below_monte_carlo(sigm
     assert np.all(np.isnan(spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n))))
     wide = spectral_lower.delta_lower(target_one, eps, np.full(eps.shape, n), max_gap=spectral_lower.SLICE_MAX_GAP)
     assert np.all(wide <= mc + 4 * se) and np.all(wide >= 0.8 * mc)
+
+
+def test_a_profiles_refinement_keeps_the_plan_that_certifies_between_the_brackets_ends() -> None:
+    """sigma 0.7, n 1000, delta 1e-9: the plain plan at clip 9.25 is declined at the bracket's lower end and
+    4.7 times the best bound at its upper end, yet it alone certifies delta inside (its bound is flat at
+    8e-10, the others fall steeply): keeping only the plans near the best bound at the ends answered 2.85
+    against the search's 2.42.  The plans kept are those within CURVE_NEAR of delta at the upper end."""
+    upper, _ = gaussian.eps_curve(0.7, 1000, [1e-9])
+    assert upper[0] <= 1.01 * gaussian.eps_bounds(0.7, 1000, 1e-9, lower=False).upper

@@ -328,3 +328,41 @@ def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prov
     assert np.array_equal(np.isnan(declined), np.isnan(declined) | np.isnan(lifted))
     # (the others within 1e-9: the lattice depends on which evaluations share a batch)
     np.testing.assert_allclose(declined[~np.isnan(declined)], lifted[~np.isnan(declined)], rtol=1e-9)
+
+
+@pytest.mark.parametrize("run", [6000, 40, 3])
+def test_phases_as_products_stay_within_their_stated_error(run):
+    """e^(2 pi i ((k x) mod K) / K) for 3 pairs with a Gaussian-sized period (K about 2.6e8) and runs of
+    ``run`` consecutive k, against extended precision: long runs are taken as products of k's high and low
+    parts, within 35.5 U (the direct phase's 16.3 U plus PHASE_PRODUCT_ERR's 19.2 U); short runs directly,
+    within 16.3 U (fails if a part's key decodes to the wrong pair or k, or products were used for few nodes)."""
+    rng = np.random.default_rng(11)
+    period_p = np.array([258280326, 245760000, 262144000])
+    rel_p = rng.integers(0, period_p[:, None], (3, 20))
+    starts = rng.integers(0, period_p // 2 - run)
+    row = np.repeat(np.arange(3), run)
+    k = np.concatenate([np.arange(s, s + run) for s in starts]).astype(np.int64)
+    cos_p, sin_p, product = spectral_path._pair_phases(rel_p, period_p, row, k)
+    assert product == (run > 3)  # 40: 8 low parts and 6 high ones per pair
+    m = (k[:, None] * rel_p[row]) % period_p[row, None]
+    angle = 8 * np.arctan(np.longdouble(1)) * m.astype(np.longdouble) / period_p[row, None].astype(np.longdouble)
+    error = np.hypot((cos_p - np.cos(angle)).astype(float), (sin_p - np.sin(angle)).astype(float))
+    u = 2.0**-53
+    assert np.max(error) <= (35.5 if product else 16.3) * u
+    assert spectral_path.PHASE_PRODUCT_ERR >= 19.2 * u
+
+
+def test_the_tables_path_never_takes_phases_as_products(monkeypatch):
+    """Products are the shuffled Gaussian's (``phase_products``): the slices of the published tables sum
+    their phases directly, so a table rebuilt by this engine holds the values it was built with."""
+    d = _decomposition("krr", {"k": 3}, 1.0)
+    eps, n = np.array([0.001, 0.01, 0.05]), np.array([10**6, 10**8, 10**9])
+    direct = delta_upper(d, eps, n)
+    monkeypatch.setattr(spectral_path, "_pair_phases", lambda *a: pytest.fail("products on the tables' path"))
+    np.testing.assert_array_equal(delta_upper(d, eps, n), direct)
+    monkeypatch.undo()
+    taken = []
+    original = spectral_path._pair_phases
+    monkeypatch.setattr(spectral_path, "_pair_phases", lambda *a: taken.append(original(*a)[2]) or original(*a))
+    assert np.all(delta_upper(d, eps, n, phase_products=True) >= direct * (1 - 1e-9))
+    assert any(taken)  # asked for, they are taken here (n 1e9's long runs)
