@@ -57,7 +57,7 @@ CURVE_NUDGE = 0.005  # refinement points this far past the predicted crossing
 CURVE_WIDE = 0.1  # brackets wider than this (relative) are also halved
 CURVE_TOL = 0.01  # a delta whose answer is predicted this close to its crossing is not refined further
 CURVE_ROUNDS = 3  # rounds of them
-CURVE_NEAR = 4.0  # the refinement evaluates only the plans within this factor of delta at its bracket's end
+CURVE_NEAR = 2.0  # the refinement evaluates a plan only where it can be the smallest bound (``_near_plans``)
 CURVE_LOWER_ROUNDS = 2  # and for the lower bounds
 NEAR_CELLS_USERS = 10**5  # the exact pairs on nearer cells from here on: below it the largest report decides
 # every lower bound of the shipped sigma file (the 132 cells they raise have n >= 5.6e5), and they cost about
@@ -119,15 +119,18 @@ def plan_delta(sigma: float, n: int, eps: np.ndarray, clip: float, shift: float)
     return main + jump_series(sigma, clip, n, n * shift * np.expm1(eps))
 
 
-def plan_values(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]]) -> np.ndarray:
+def plan_values(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, float]],
+                wanted: np.ndarray | None = None) -> np.ndarray:
     """Each plan's bound at each eps (rows: ``tried``, then E[G_+]); a NaN proves nothing: infinite.  Where
-    E[G_+] is at most DELTA_FLOOR, to which every answer is raised, the plans are not evaluated (infinite)."""
+    E[G_+] is at most DELTA_FLOOR, to which every answer is raised, the plans are not evaluated (infinite),
+    nor where ``wanted`` (plans x eps) is False."""
     single = single_user(sigma, eps)
-    live = single > DELTA_FLOOR
     values = np.full((len(tried) + 1, eps.size), np.inf)
     values[-1] = single
-    if live.any() and tried:
-        values[:-1, live] = [plan_delta(sigma, n, eps[live], c, s) for c, s in tried]
+    for row, (clip, shift) in enumerate(tried):
+        live = (single > DELTA_FLOOR) & (True if wanted is None else wanted[row])
+        if live.any():
+            values[row, live] = plan_delta(sigma, n, eps[live], clip, shift)
     return np.where(np.isnan(values), np.inf, values)
 
 
@@ -358,9 +361,9 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
         more = np.geomspace(grid[-1], top, CURVE_POINTS // 2)[1:]  # eps, which does
         grid, each = np.append(grid, more), np.append(each, plan_values(sigma, n, more, tried), axis=1)
     upper = _floored(_smallest(each))
-    kept = _near_plans(each, np.array(_crossings(upper, deltas)), deltas, tried)
-    grid_up, upper = _refined(lambda eps: _floored(delta_upper(sigma, n, eps, kept)[0]), grid, upper, deltas,
-                              CURVE_ROUNDS, 1.0)
+    grid_up, upper = _refined(lambda eps: _floored(_smallest(plan_values(sigma, n, eps, tried,
+                                                                         _near_plans(grid, each, eps)))),
+                              grid, upper, deltas, CURVE_ROUNDS, 1.0)
     j = np.array(_crossings(upper, deltas))
     if np.any(upper[j] > deltas):  # cannot happen: the grid ends at single_user_eps, which certifies every delta
         raise ValueError(f"no eps up to {grid_up[-1]:g} is certified at some delta for sigma={sigma:g}, n={n}")
@@ -375,16 +378,17 @@ def eps_curve(sigma: float, n: int, deltas: np.ndarray | list[float]) -> tuple[n
     return np.asarray(certified, dtype=float), np.minimum(np.maximum(from_grid, closed), certified)
 
 
-def _near_plans(each: np.ndarray, crossings: np.ndarray, deltas: np.ndarray, tried: list[tuple[float, float]]
-                ) -> list[tuple[float, float]]:
-    """The plans (rows of ``each``, E[G_+] last) whose bound at some delta's first certified point
-    (``crossings``) is within CURVE_NEAR of that delta: the only ones the refinement inside the brackets
-    evaluates (with E[G_+]).  A plan's bound falls with eps, so one above CURVE_NEAR delta there is above it
-    throughout the bracket, where the refinement's points lie within about 1% of the crossing (the smallest
-    bound about delta): it is neither the smallest bound there nor certifies delta.  Only tightness rests
-    on it (a plan left out can only leave a point's bound higher)."""
-    near = each[:-1, crossings] <= CURVE_NEAR * deltas
-    return [plan for plan, keep in zip(tried, near.any(axis=1), strict=True) if keep]
+def _near_plans(grid: np.ndarray, each: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """Which plans (rows of ``each``, the plans' bounds on ``grid``, E[G_+] last) to evaluate at each of
+    ``eps`` (inside the grid): those whose bound at one of the grid points around it is within CURVE_NEAR
+    of the smallest bound at the point below.  The smallest bound falls with eps, so that one bounds the
+    smallest at eps; a plan's bound falls with eps too, then rises for the shifted plans (their jump
+    series' cost grows with e^eps), so between the grid points it stays near the lower of its two ends
+    (CURVE_NEAR covers a shallow dip).  Only tightness rests on this: a plan left out can only leave a
+    point's bound higher."""
+    above = np.searchsorted(grid, eps)  # grid[above - 1] < eps <= grid[above]
+    ends = np.minimum(each[:-1, above - 1], each[:-1, above])
+    return ends <= CURVE_NEAR * _smallest(each)[above - 1]
 
 
 def _first_grid(closed: np.ndarray, floor: float, top: float) -> np.ndarray:
