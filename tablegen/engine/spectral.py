@@ -38,7 +38,7 @@ FAR_SPLIT = 16
 FAR_LEVELS = 3
 FAR_CELLS = 100_000  # per chunk of FAR_ROWS rows: refinement stops there (weaker bound used)
 FAR_ROWS = 64
-PHASE_PRODUCT_ERR = 20 * U  # what those products add to psi's error, per unit weight (``_pair_phases``)
+PHASE_PRODUCT_ERR = 24 * U  # what summing by parts adds to psi's error, per unit weight (``_psi_by_parts``)
 GROUP_PHASE_ERR = 5 * FAR_SPLIT * U  # the phase recurrence of _Lattice._pair_abs_psi over a group (per unit weight)
 SPREAD_USERS = 200.0  # half-split the heavy atoms only when n P(G is not the heaviest atom) >= this
 CHERNOFF_GRID = 24  # mu values of the Chernoff table (any is valid): 48 cost 9% of a Laplace slice, same to 2.7e-5
@@ -63,7 +63,7 @@ def delta_upper(d: Decomposition, eps: np.ndarray, n: np.ndarray, resolution: fl
 
     NaN where the spectral path declines (too many frequencies, or a tilt factor above e^``useless_log``:
     ``_Plan``); the caller uses the FFT path.  ``phase_products``: the pair form may take long runs of
-    phases as products (``_pair_phases``: cheaper, a little more error; off, the tables' values stay
+    phases as products (``_psi_by_parts``: cheaper, a little more error; off, the tables' values stay
     those they were built with).
     """
     eps_b, n_b = np.broadcast_arrays(np.asarray(eps, dtype=float), np.asarray(n, dtype=np.int64))
@@ -703,18 +703,21 @@ class _Plan:
 
     def _pair_psi(self, pr: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray, cos_t: np.ndarray,
                   sin_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice), and whether
-        the phases were taken as products (``_pair_phases``: ``PHASE_PRODUCT_ERR`` more error)."""
+        """psi = sum_q e^(i phase_q) (a_q + b_q e^(i theta)) (pair form, see _Lattice), and whether it
+        was summed by parts (``_psi_by_parts``, with ``phase_products``: PHASE_PRODUCT_ERR more error)."""
         law = self.law
         rel_p = np.mod((law.pair_base[pr] - law.centre[pr, None]).astype(np.int64), period_p[:, None])
-        cos_p, sin_p, product = (_pair_phases(rel_p, period_p, row, k) if self.phase_products
-                                 else (*_direct_phases(rel_p, period_p, row, k), False))
+        parts = _phase_parts(row, k) if self.phase_products else None
+        if parts is not None:
+            psi = _psi_by_parts(rel_p, period_p, law.pair_weights[pr], row, parts, cos_t + 1j * sin_t)
+            return psi.real, psi.imag, True
+        cos_p, sin_p = _direct_phases(rel_p, period_p, row, k)
         pair = law.pair_weights[pr][row]
         coef_re = pair[:, :, 0] + pair[:, :, 1] * cos_t[:, None]
         coef_im = pair[:, :, 1] * sin_t[:, None]
         re = np.einsum("ij,ij->i", coef_re, cos_p) - np.einsum("ij,ij->i", coef_im, sin_p)
         im = np.einsum("ij,ij->i", coef_re, sin_p) + np.einsum("ij,ij->i", coef_im, cos_p)
-        return re, im, product
+        return re, im, False
 
     def _dropped(self, idx: np.ndarray) -> np.ndarray:
         """sup |psi|^n over dropped nodes times (1/K) sum_k |Ghat_k| (Parseval bound)."""
@@ -771,37 +774,59 @@ def _merge_points(points: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np
     return merged_x, merged_p, (most - 1) * U
 
 
-def _pair_phases(rel_p: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """cos and sin of the phases 2 pi ((k x) mod K) / K of the nodes (pair ``row``, index ``k``)
-    at the pair atoms' offsets x (``rel_p``, per pair), and whether they were taken as products.
-
-    Directly, each phase costs a cosine and a sine.  Where the nodes come in runs of one pair
-    (the Gaussian's long periods: 16,000 nodes of one pair), k = h + l with l = k mod s (s a
-    power of two near the square root of the nodes per pair): e^(i phase(k)) = e^(i phase(h))
-    e^(i phase(l)) exactly ((h x + l x) mod K = (k x) mod K), each factor computed directly once
-    per distinct (pair, h) or (pair, l), one complex product per node and atom.  Each factor errs
-    as a direct phase does, eps_d <= 2.36 U 2 pi + 2^0.5 U <= 16.3 U (the angle's three
-    roundings, then cosine and sine within an ulp each: |e^(ia) - e^(ib)| <= |a - b|), the
-    product of two by 2 eps_d + eps_d^2 and its rounding by 2.01 U 2^0.5 (each part a difference
-    of two rounded products, |A C| + |S D| <= (1 + eps_d)^2): 35.5 U in all, 19.2 U more than a
-    direct phase, which ``PHASE_PRODUCT_ERR`` (20 U per unit weight, |a + b e^(i theta)| <=
-    (a + b)(1 + 9.4 U)) adds to psi's error.  Products are used only where they evaluate at
-    most half of the phases."""
+def _phase_parts(row: np.ndarray, k: np.ndarray) -> tuple[int, int, np.ndarray, ...] | None:
+    """k = h + l with l = k mod s, s a power of two near the square root of the nodes per pair:
+    (s, span, the distinct (pair, h) as pair * span + h, each node's index among them, the same for
+    (pair, l)), or None where the nodes do not come in runs long enough for ``_psi_by_parts`` to pay
+    (more than a quarter as many parts as nodes, or a grid of parts twice the nodes)."""
     if row.size == 0:
-        return *_direct_phases(rel_p, period_p, row, k), False
+        return None
     per_pair = row.size / np.unique(row).size
-    split = 2 ** int(np.clip(np.round(np.log2(per_pair) / 2), 2, 10))  # about sqrt(nodes per pair)
+    split = 2 ** int(np.clip(np.round(np.log2(per_pair) / 2), 2, 10))
     low = k % split
     span = int(k.max()) - int(k.max()) % split + 1
     high_key, high_at = np.unique(row * span + (k - low), return_inverse=True)  # span <= K / 2 + 1: exact
     low_key, low_at = np.unique(row * split + low, return_inverse=True)
-    if 2 * (high_key.size + low_key.size) > row.size:
-        return *_direct_phases(rel_p, period_p, row, k), False
-    cos_h, sin_h = _direct_phases(rel_p, period_p, high_key // span, high_key % span)
-    cos_l, sin_l = _direct_phases(rel_p, period_p, low_key // split, low_key % split)
-    cos_h, sin_h, cos_l, sin_l = cos_h[high_at], sin_h[high_at], cos_l[low_at], sin_l[low_at]
-    return cos_h * cos_l - sin_h * sin_l, cos_h * sin_l + sin_h * cos_l, True
+    pairs = int(row.max()) + 1
+    grid = np.bincount(high_key // span, minlength=pairs) @ np.bincount(low_key // split, minlength=pairs)
+    if 4 * (high_key.size + low_key.size) > row.size or grid > 2 * row.size:
+        return None
+    return split, span, high_key, high_at.ravel(), low_key, low_at.ravel()
+
+
+def _psi_by_parts(rel_p: np.ndarray, period_p: np.ndarray, weights: np.ndarray, row: np.ndarray,
+                  parts: tuple[int, int, np.ndarray, ...], z: np.ndarray) -> np.ndarray:
+    """The pair form's psi at the nodes (pair ``row``, k = h + l: ``_phase_parts``), z = e^(i theta)
+    per node, as A + z B with A = sum_q a_q e^(i phase_q(h)) e^(i phase_q(l)) and B the same with b_q:
+    e^(i phase(k)) = e^(i phase(h)) e^(i phase(l)) exactly ((h x + l x) mod K = (k x) mod K), each part's
+    phase computed directly once per distinct (pair, part), and per pair A and B for every (h, l) of its
+    parts by one product [H a; H b] L^T (no cosine, sine or product per node and atom).
+
+    Error, per unit weight, beyond the direct pair form's (``psi_err``): the two parts' phases err by
+    eps_d <= 2.36 U 2 pi + 2^0.5 U <= 16.3 U each (the angle's three roundings, then cosine and sine
+    within an ulp: |e^(ia) - e^(ib)| <= |a - b|), their product by 2 eps_d + eps_d^2, 16.3 U more than
+    one direct phase; the roundings (H scaled by a and b: U, the products with L: 2.24 U, z B: 2.24 U,
+    A + z B: U; 6.6 U in all) at most 6.6 U more; the sums over q in any order stay inside the pair
+    form's 4 Q U.  22.9 U in all: ``PHASE_PRODUCT_ERR`` (24 U)."""
+    split, span, high_key, high_at, low_key, low_at = parts
+    high_pair, low_pair = high_key // span, low_key // split
+    cos_h, sin_h = _direct_phases(rel_p, period_p, high_pair, high_key % span)
+    cos_l, sin_l = _direct_phases(rel_p, period_p, low_pair, low_key % split)
+    high, low = cos_h + 1j * sin_h, cos_l + 1j * sin_l
+    pairs = rel_p.shape[0]
+    n_high, n_low = np.bincount(high_pair, minlength=pairs), np.bincount(low_pair, minlength=pairs)
+    first_high, first_low = np.cumsum(n_high) - n_high, np.cumsum(n_low) - n_low
+    size = n_high * n_low
+    offset = np.cumsum(size) - size
+    a_part, b_part = np.empty(int(size.sum()), dtype=complex), np.empty(int(size.sum()), dtype=complex)
+    for p in np.flatnonzero(size).tolist():
+        h, lows = high[first_high[p] : first_high[p] + n_high[p]], low[first_low[p] : first_low[p] + n_low[p]]
+        # numpy's own loops: a BLAS product would start threads, which contend with the build's processes
+        sums = np.einsum("hq,lq->hl", np.concatenate([h * weights[p, :, 0], h * weights[p, :, 1]]), lows)
+        a_part[offset[p] : offset[p] + size[p]] = sums[: n_high[p]].ravel()
+        b_part[offset[p] : offset[p] + size[p]] = sums[n_high[p] :].ravel()
+    at = offset[row] + (high_at - first_high[row]) * n_low[row] + (low_at - first_low[row])
+    return a_part[at] + z * b_part[at]
 
 
 def _direct_phases(rel_p: np.ndarray, period_p: np.ndarray, row: np.ndarray, k: np.ndarray

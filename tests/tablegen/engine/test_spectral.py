@@ -330,39 +330,57 @@ def test_an_evaluation_whose_tilt_factor_exceeds_e100_is_declined_and_would_prov
     np.testing.assert_allclose(declined[~np.isnan(declined)], lifted[~np.isnan(declined)], rtol=1e-9)
 
 
-@pytest.mark.parametrize("run", [6000, 40, 3])
-def test_phases_as_products_stay_within_their_stated_error(run):
-    """e^(2 pi i ((k x) mod K) / K) for 3 pairs with a Gaussian-sized period (K about 2.6e8) and runs of
-    ``run`` consecutive k, against extended precision: long runs are taken as products of k's high and low
-    parts, within 35.5 U (the direct phase's 16.3 U plus PHASE_PRODUCT_ERR's 19.2 U); short runs directly,
-    within 16.3 U (fails if a part's key decodes to the wrong pair or k, or products were used for few nodes)."""
+@pytest.mark.parametrize("run", [6000, 300, 3])
+def test_psi_summed_by_parts_stays_within_its_stated_error(run):
+    """The pair form's psi at 3 pairs with a Gaussian-sized period (K about 2.6e8) and runs of ``run``
+    consecutive nodes k, summed by parts (k = h + l, the parts' phases once each, one product per pair),
+    against extended precision: within the direct form's share of the error, 24 + 4 Q u per unit weight,
+    plus PHASE_PRODUCT_ERR; runs of 3 nodes are not summed by parts (fails if a part decodes to the wrong
+    pair or k, if a node reads another's (h, l), or if the b weights miss their e^(i theta))."""
     rng = np.random.default_rng(11)
-    period_p = np.array([258280326, 245760000, 262144000])
-    rel_p = rng.integers(0, period_p[:, None], (3, 20))
+    period_p, atoms = np.array([258280326, 245760000, 262144000]), 20
+    rel_p = rng.integers(0, period_p[:, None], (3, atoms))
+    weights = rng.random((3, atoms, 2))
+    weights /= weights.sum(axis=(1, 2), keepdims=True)
     starts = rng.integers(0, period_p // 2 - run)
     row = np.repeat(np.arange(3), run)
     k = np.concatenate([np.arange(s, s + run) for s in starts]).astype(np.int64)
-    cos_p, sin_p, product = spectral_path._pair_phases(rel_p, period_p, row, k)
-    assert product == (run > 3)  # 40: 8 low parts and 6 high ones per pair
-    m = (k[:, None] * rel_p[row]) % period_p[row, None]
-    angle = 8 * np.arctan(np.longdouble(1)) * m.astype(np.longdouble) / period_p[row, None].astype(np.longdouble)
-    error = np.hypot((cos_p - np.cos(angle)).astype(float), (sin_p - np.sin(angle)).astype(float))
+    parts = spectral_path._phase_parts(row, k)
+    assert (parts is not None) == (run > 3)
+    if parts is None:
+        return
+    theta = 2 * np.pi * k / period_p[row]
+    got = spectral_path._psi_by_parts(rel_p, period_p, weights, row, parts, np.cos(theta) + 1j * np.sin(theta))
+    two_pi = 8 * np.arctan(np.longdouble(1))
+    phase = two_pi * ((k[:, None] * rel_p[row]) % period_p[row, None]).astype(np.longdouble) / period_p[row, None]
+    shift = (two_pi * k.astype(np.longdouble) / period_p[row])[:, None]
+    w = weights[row].astype(np.longdouble)
+    re = np.sum(w[:, :, 0] * np.cos(phase) + w[:, :, 1] * np.cos(phase + shift), axis=1)
+    im = np.sum(w[:, :, 0] * np.sin(phase) + w[:, :, 1] * np.sin(phase + shift), axis=1)
+    error = np.hypot((got.real - re).astype(float), (got.imag - im).astype(float))
     u = 2.0**-53
-    assert np.max(error) <= (35.5 if product else 16.3) * u
-    assert spectral_path.PHASE_PRODUCT_ERR >= 19.2 * u
+    assert np.max(error) <= (24 + 4 * atoms) * u + spectral_path.PHASE_PRODUCT_ERR
 
 
 def test_the_tables_path_never_takes_phases_as_products(monkeypatch):
-    """Products are the shuffled Gaussian's (``phase_products``): the slices of the published tables sum
-    their phases directly, so a table rebuilt by this engine holds the values it was built with."""
+    """Sums by parts are the shuffled Gaussian's (``phase_products``): the slices of the published tables sum
+    their phases directly, so a table rebuilt by this engine holds the values it was built with; asked for,
+    the Gaussian's blanket law (sigma 0.45, clip e^10, n 1e5) is summed by parts, its bound above the direct
+    one by no more than the added error."""
     d = _decomposition("krr", {"k": 3}, 1.0)
     eps, n = np.array([0.001, 0.01, 0.05]), np.array([10**6, 10**8, 10**9])
     direct = delta_upper(d, eps, n)
-    monkeypatch.setattr(spectral_path, "_pair_phases", lambda *a: pytest.fail("products on the tables' path"))
+    monkeypatch.setattr(spectral_path, "_phase_parts", lambda *a: pytest.fail("parts on the tables' path"))
     np.testing.assert_array_equal(delta_upper(d, eps, n), direct)
     monkeypatch.undo()
+    from tablegen.mechanisms import gaussian as gaussian_law
+
+    d, eps, n = gaussian_law.blanket(0.45, 10.0, 0.0), np.array([0.01, 0.1, 0.5]), np.full(3, 10**5)
+    direct = delta_upper(d, eps, n, useless_log=30.0)
     taken = []
-    original = spectral_path._pair_phases
-    monkeypatch.setattr(spectral_path, "_pair_phases", lambda *a: taken.append(original(*a)[2]) or original(*a))
-    assert np.all(delta_upper(d, eps, n, phase_products=True) >= direct * (1 - 1e-9))
-    assert any(taken)  # asked for, they are taken here (n 1e9's long runs)
+    original = spectral_path._phase_parts
+    monkeypatch.setattr(spectral_path, "_phase_parts", lambda *a: taken.append(original(*a)) or original(*a))
+    by_parts = delta_upper(d, eps, n, useless_log=30.0, phase_products=True)
+    assert any(parts is not None for parts in taken)
+    np.testing.assert_allclose(by_parts, direct, rtol=1e-6)
+    assert np.all(by_parts >= direct * (1 - 1e-9))
