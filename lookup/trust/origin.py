@@ -28,7 +28,7 @@ from lookup.format import SIGNATURE, SIGNED_TABLE, TableError, listing_digest  #
 PINNED = {
     "0e9890307b0dd607160cfabe6b1502b59cf1c80f3c6c7e752ae79cfd9d55f8d4": "default.zarr",
     "0bb439e405e03dcceea7b7c634920f028e41559636f8de33df24c581592e25d1": "protocols.zarr",
-    "60f823f2ac093f7b691a1ec002abddc7a910225b1ad2b3981c5cd1acf48b5439": "gaussian.sheps",  # the device file's
+    "82fb822e0db021250ac656ede9b7e97fcc4b3aa5bc0ceb0aa72f60f5ce75bc69": "gaussian.sheps",  # the device file's
     # header SHA-256 (lookup.device.files: it seals the header and the payload)
 }
 ENV_CACHE = "SHUFFLE_EPS_CACHE"
