@@ -412,7 +412,8 @@ def _gaussian_points(sigmas: list[float], ns: np.ndarray, deltas: list[float], l
     shape = (len(sigmas), ns.size, len(deltas))
     upper, lows = np.empty(shape), np.full(shape, np.nan)
     cells = list(np.ndindex(*shape[:2]))
-    # each process keeps its freed arrays, as the table build's workers do (``allocator``: 20% less CPU here)
+    # each process keeps its freed arrays, as the table build's workers do (``allocator``; its effect on this
+    # build was within run-to-run noise)
     with ProcessPoolExecutor(max_workers=workers, initializer=allocator.keep_freed_memory) as pool:
         profiles = pool.map(gaussian.eps_curve, [sigmas[i] for i, _ in cells], [int(ns[j]) for _, j in cells],
                             [deltas] * len(cells))

@@ -140,8 +140,7 @@ def delta_upper(sigma: float, n: int, eps: np.ndarray, tried: list[tuple[float, 
     that gave it (-1: E[G_+]); pushed up by FLOAT_SLACK.  A NaN proves nothing: counted infinite."""
     values = plan_values(sigma, n, eps, tried)
     best = np.argmin(values, axis=0)
-    chosen = values[best, np.arange(eps.size)] * (1 + FLOAT_SLACK)
-    return chosen, np.where(best == len(tried), -1, best)
+    return _smallest(values), np.where(best == len(tried), -1, best)
 
 
 def delta_lower(sigma: float, n: int, eps: np.ndarray) -> np.ndarray:

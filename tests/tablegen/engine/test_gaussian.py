@@ -389,7 +389,7 @@ def test_a_profiles_refinement_keeps_the_plan_that_certifies_between_the_bracket
     """sigma 0.7, n 1000, delta 1e-9: the plain plan at clip 9.25 is declined at the bracket's lower end and
     4.7 times the best bound at its upper end, yet it alone certifies delta inside (its bound is flat at
     8e-10, the others fall steeply): keeping only the plans near the best bound at the ends answered 2.85
-    against the search's 2.42.  A plan is evaluated inside a bracket where its bound at the upper end is
-    within CURVE_NEAR of the smallest at the lower end (8e-10 against 2.9e-9 here)."""
+    against the search's 2.42.  A plan is evaluated inside a bracket where its bound at one of the two ends
+    is within CURVE_NEAR of the smallest at the lower end (8e-10 at the upper end against 2.9e-9 here)."""
     upper, _ = gaussian.eps_curve(0.7, 1000, [1e-9])
     assert upper[0] <= 1.01 * gaussian.eps_bounds(0.7, 1000, 1e-9, lower=False).upper
